@@ -1,0 +1,199 @@
+//! `libreyolo-run doctor`: is this machine's compute device usable, and does graph capture
+//! work on it? Enumerates devices, checks a matmul and a convolution against the CPU, then
+//! captures a small computation as a CUDA graph and replays it on fresh inputs written in place
+//! into its stable input buffer, comparing each replay with an eager run.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use burn::tensor::activation::silu;
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Device, Tensor, TensorData, s};
+use clap::Args;
+use serde::Serialize;
+
+use super::Failure;
+use crate::device::{self, Backend};
+use crate::manifest::DeviceRequest;
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Device to check: auto, cpu, or a CUDA index.
+    #[arg(long, default_value = "auto")]
+    device: DeviceRequest,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    cuda_devices: Vec<String>,
+    device: String,
+    kernel_cache: Option<String>,
+    matmul_max_rel_err: f32,
+    conv2d_max_rel_err: f32,
+    /// Seconds for the first op on the device (driver start, kernel compilation).
+    first_op_s: f64,
+    graph_hardware: bool,
+    graph_capture_s: f64,
+    /// Largest |replay - eager| over the replays.
+    graph_replay_max_abs_diff: f32,
+    graph_replays_bitwise_equal: bool,
+    graph_replays_distinct: bool,
+    passed: bool,
+}
+
+/// Relative error allowed against the CPU: GPU matmuls may use TF32 and other summation orders.
+const OP_TOLERANCE: f32 = 1e-2;
+
+pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
+    let report = check(args)?;
+    println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report).expect("report serializes"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if !report.passed {
+        return Err(Failure::Run(anyhow::anyhow!("doctor: some checks failed (see the report above)")));
+    }
+    Ok(())
+}
+
+fn check(args: &DoctorArgs) -> anyhow::Result<Report> {
+    let kernel_cache = crate::kernel_cache::configure().map(|p| p.display().to_string());
+    let started = Instant::now();
+    let n = device::cuda_device_count();
+    let cuda_devices: Vec<String> = (0..n)
+        .map(|i| {
+            let name = Device::cuda(i).identity().map(|id| id.name).unwrap_or_else(|| "unknown".into());
+            format!("cuda:{i} {name}")
+        })
+        .collect();
+    eprintln!("[{:>6.1}s] {} CUDA device(s): {:?}", started.elapsed().as_secs_f64(), n, cuda_devices);
+
+    let resolved = device::resolve(&args.device).map_err(anyhow::Error::msg)?;
+    let dev = resolved.devices().into_iter().next().expect("at least one device");
+    let cpu = Device::flex();
+    eprintln!("[{:>6.1}s] checking {}", started.elapsed().as_secs_f64(), resolved.describe());
+
+    let t0 = Instant::now();
+    let matmul = |d: &Device| {
+        let a = tensor2(&host_data(1, 64 * 96), [64, 96], d);
+        let b = tensor2(&host_data(2, 96 * 48), [96, 48], d);
+        a.matmul(b).into_data()
+    };
+    let matmul_err = max_rel_err(&matmul(&dev), &matmul(&cpu));
+    let first_op_s = t0.elapsed().as_secs_f64();
+    eprintln!("[{:>6.1}s] matmul max rel err {matmul_err:.2e} (first op {first_op_s:.1}s)", started.elapsed().as_secs_f64());
+
+    let conv = |d: &Device| {
+        let x = Tensor::<4>::from_data(TensorData::new(host_data(3, 2 * 3 * 32 * 32), [2, 3, 32, 32]), d);
+        let w = Tensor::<4>::from_data(TensorData::new(host_data(4, 8 * 3 * 3 * 3), [8, 3, 3, 3]), d);
+        conv2d(x, w, None, ConvOptions::new([2, 2], [1, 1], [1, 1], 1)).into_data()
+    };
+    let conv_err = max_rel_err(&conv(&dev), &conv(&cpu));
+    eprintln!("[{:>6.1}s] conv2d max rel err {conv_err:.2e}", started.elapsed().as_secs_f64());
+
+    let graph = check_graph(&dev, &started)?;
+    let hardware_required = resolved.backend == Backend::Cuda;
+    let passed = matmul_err <= OP_TOLERANCE
+        && conv_err <= OP_TOLERANCE
+        && graph.max_abs_diff <= 1e-5
+        && graph.distinct
+        && (graph.hardware || !hardware_required);
+    Ok(Report {
+        cuda_devices,
+        device: resolved.describe(),
+        kernel_cache,
+        matmul_max_rel_err: matmul_err,
+        conv2d_max_rel_err: conv_err,
+        first_op_s,
+        graph_hardware: graph.hardware,
+        graph_capture_s: graph.capture_s,
+        graph_replay_max_abs_diff: graph.max_abs_diff,
+        graph_replays_bitwise_equal: graph.max_abs_diff == 0.0,
+        graph_replays_distinct: graph.distinct,
+        passed,
+    })
+}
+
+struct GraphCheck {
+    hardware: bool,
+    capture_s: f64,
+    max_abs_diff: f32,
+    distinct: bool,
+}
+
+/// Captures `silu(x @ w) * 2 + x.sum_dim(1)` with `x` a stable buffer, then for new inputs
+/// writes them into `x` in place, replays, and compares with an eager run.
+fn check_graph(dev: &Device, started: &Instant) -> anyhow::Result<GraphCheck> {
+    let (rows, cols) = (16, 64);
+    let w = tensor2(&host_data(10, cols * cols), [cols, cols], dev);
+    let f = |x: Tensor<2>, w: &Tensor<2>| silu(x.clone().matmul(w.clone())).mul_scalar(2.0).add(x.sum_dim(1));
+    // The closure borrows the input; owning a clone would make the in-place refresh allocate.
+    let x = RefCell::new(tensor2(&host_data(11, rows * cols), [rows, cols], dev));
+
+    let t0 = Instant::now();
+    let mut graph = burn::tensor::capture(dev, || f(x.borrow().clone(), &w));
+    let capture_s = t0.elapsed().as_secs_f64();
+    let hardware = graph.is_hardware();
+    eprintln!("[{:>6.1}s] graph captured in {capture_s:.2}s, hardware graph: {hardware}", started.elapsed().as_secs_f64());
+
+    let mut max_abs_diff = 0f32;
+    let mut distinct = true;
+    let mut previous: Option<Vec<f32>> = None;
+    for seed in 20..23 {
+        let fresh = tensor2(&host_data(seed, rows * cols), [rows, cols], dev);
+        {
+            let mut x = x.borrow_mut();
+            if hardware && !x.can_mut() {
+                bail!("the graph's input buffer is shared, so an in-place refresh would not reach the graph");
+            }
+            x.inplace(|t| t.slice_assign(s![.., ..], fresh.clone()));
+        }
+        let replayed = unsafe { graph.replay() }.clone().into_data();
+        let eager = f(fresh, &w).into_data();
+        let replayed_v = replayed.try_to_vec::<f32>().context("graph output is f32")?;
+        let eager_v = eager.try_to_vec::<f32>().context("eager output is f32")?;
+        for (a, b) in replayed_v.iter().zip(&eager_v) {
+            max_abs_diff = max_abs_diff.max((a - b).abs());
+        }
+        if previous.as_ref() == Some(&replayed_v) {
+            distinct = false;
+        }
+        previous = Some(replayed_v);
+    }
+    eprintln!("[{:>6.1}s] 3 replays vs eager: max |diff| {max_abs_diff:e}, distinct outputs: {distinct}", started.elapsed().as_secs_f64());
+    Ok(GraphCheck { hardware, capture_s, max_abs_diff, distinct })
+}
+
+fn tensor2(values: &[f32], shape: [usize; 2], dev: &Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(values.to_vec(), shape), dev)
+}
+
+/// Deterministic values in [-1, 1) (xorshift), the same on every device.
+fn host_data(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn max_rel_err(a: &TensorData, b: &TensorData) -> f32 {
+    let a = a.try_to_vec::<f32>().unwrap_or_default();
+    let b = b.try_to_vec::<f32>().unwrap_or_default();
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}

@@ -1,0 +1,75 @@
+//! `--dry-run`: the resolved settings, the device and the step plan, as plain text.
+
+use std::fmt::Write;
+
+use crate::dag::StepDag;
+use crate::device::ResolvedDevice;
+use crate::manifest::LoadedManifest;
+
+pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice) -> String {
+    let m = &loaded.manifest;
+    let mut out = String::new();
+    let _ = writeln!(out, "# dry run of {}", loaded.source.path.display());
+    for o in &loaded.source.overrides {
+        let _ = writeln!(out, "# override: {} -> {}", o.arg, o.path);
+    }
+    let _ = writeln!(out, "\n## settings (resolved)\n");
+    // Stages are shown in the plan below; the settings dump leaves them out.
+    let mut settings = toml::Table::try_from(m).expect("the manifest serializes");
+    settings.remove("stage");
+    let _ = writeln!(out, "{}", toml::to_string_pretty(&settings).expect("the manifest serializes").trim_end());
+
+    let _ = writeln!(out, "\n## device\n\n{}", device.describe());
+
+    let plan = dag.plan(m.capture.enabled);
+    let _ = writeln!(out, "\n## plan\n");
+    let _ = writeln!(
+        out,
+        "{} stages, {} segments, {} seams; capture {}",
+        dag.stages.len(),
+        plan.segments.len(),
+        plan.seams.len(),
+        if m.capture.enabled {
+            format!("on (threshold {}, max_graphs {})", m.capture.threshold, m.capture.max_graphs)
+        } else {
+            "off (capture.enabled=false / cuda_graph=false: every stage runs eager)".to_string()
+        }
+    );
+    let _ = writeln!(out, "\nstages, in execution order:");
+    let name_w = dag.stages.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    let kind_w = dag.stages.iter().map(|s| s.kind.name.len()).max().unwrap_or(0);
+    for (n, &i) in dag.order.iter().enumerate() {
+        let s = &dag.stages[i];
+        let inputs: Vec<String> = s.inputs.iter().map(|v| dag.name(*v)).collect();
+        let mark = if s.capture { "capture" } else { "eager" };
+        let _ = writeln!(
+            out,
+            "  {:>2}. {:name_w$}  {:kind_w$}  {:7}  <- {}",
+            n + 1,
+            s.name,
+            s.kind.name,
+            mark,
+            if inputs.is_empty() { "(none)".to_string() } else { inputs.join(", ") }
+        );
+    }
+    let _ = writeln!(out, "\nsegments:");
+    for (n, seg) in plan.segments.iter().enumerate() {
+        let names: Vec<&str> = seg.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect();
+        let _ = writeln!(out, "  #{} {:8} [{}]", n + 1, if seg.captured { "captured" } else { "eager" }, names.join(", "));
+    }
+    let _ = writeln!(out, "\nseams:");
+    if plan.seams.is_empty() {
+        let _ = writeln!(out, "  (none)");
+    }
+    for seam in &plan.seams {
+        let values: Vec<String> = seam.values.iter().map(|v| dag.name(*v)).collect();
+        let _ = writeln!(
+            out,
+            "  #{} | #{}  {}",
+            seam.after + 1,
+            seam.after + 2,
+            if values.is_empty() { "(ordering only)".to_string() } else { values.join(", ") }
+        );
+    }
+    out
+}

@@ -1,0 +1,108 @@
+//! The `libreyolo-run` command line.
+
+mod doctor;
+mod dry_run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::dag::StepDag;
+use crate::manifest::{self, Diagnostic};
+
+/// Trains YOLO-family detectors from declarative TOML manifests.
+#[derive(Debug, Parser)]
+#[command(name = "libreyolo-run", version, args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    train: TrainArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train from a manifest (the default command).
+    Train(TrainArgs),
+    /// Check the compute device: enumeration, a tensor op checked against the CPU, and a
+    /// captured CUDA graph replayed on new inputs.
+    Doctor(doctor::DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+struct TrainArgs {
+    /// The run's manifest, e.g. manifests/yolo9t.toml.
+    #[arg(required = true, value_name = "MANIFEST")]
+    manifest: Option<PathBuf>,
+    /// Settings overrides as key=value (`epochs=100`, `data=my.yaml`, `capture.threshold=5`,
+    /// `stage.forward.capture=false`).
+    #[arg(value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// Print the resolved settings, the device and the step plan, then exit.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Doctor(args)) => doctor::run(&args),
+        Some(Command::Train(args)) => train(&args),
+        None => train(&cli.train),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Manifest(d)) => {
+            eprintln!("{}", d.render_for_stderr());
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(e)) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Why a command failed: a bad manifest (exit 2) or a failure while running (exit 1).
+pub enum Failure {
+    Manifest(Box<Diagnostic>),
+    Run(anyhow::Error),
+}
+
+impl From<Diagnostic> for Failure {
+    fn from(d: Diagnostic) -> Self {
+        Failure::Manifest(Box::new(d))
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Run(e)
+    }
+}
+
+fn train(args: &TrainArgs) -> Result<(), Failure> {
+    let path = args.manifest.as_deref().expect("clap requires MANIFEST");
+    let loaded = manifest::load(path, &args.overrides)?;
+    let dag = StepDag::build(&loaded)?;
+    let device = crate::device::resolve(&loaded.manifest.run.device).map_err(|msg| {
+        loaded.source.error_at(&manifest::KeyPath::dotted("run.device"), manifest::Part::Value, msg)
+    })?;
+    if args.dry_run {
+        print!("{}", dry_run::report(&loaded, &dag, &device));
+        return Ok(());
+    }
+    Err(Failure::Run(anyhow::anyhow!(
+        "training is not implemented yet in this build (the executor is issue #7); \
+         `--dry-run` shows the plan this manifest would run"
+    )))
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("LIBREYOLO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}

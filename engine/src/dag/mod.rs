@@ -1,0 +1,251 @@
+//! The step DAG: the manifest's `[[stage]]` tables as a petgraph graph, checked for unknown
+//! kinds, dangling inputs, duplicate names and cycles, in a stable execution order.
+
+mod plan;
+
+use std::collections::HashMap;
+
+use petgraph::algo::tarjan_scc;
+use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::visit::EdgeRef;
+
+use libreyolo_stages::catalog::{self, KINDS, StageKind};
+
+use crate::manifest::{Diagnostic, KeyPath, LoadedManifest, Part, did_you_mean, suggestion};
+
+pub use plan::{Plan, Seam, Segment};
+
+/// A value flowing between stages: output `output` of stage `stage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueRef {
+    pub stage: usize,
+    pub output: &'static str,
+}
+
+/// One stage, checked against its kind.
+#[derive(Debug)]
+pub struct Stage {
+    pub name: String,
+    pub kind: &'static StageKind,
+    pub capture: bool,
+    pub inputs: Vec<ValueRef>,
+}
+
+/// The checked step DAG.
+#[derive(Debug)]
+pub struct StepDag {
+    pub stages: Vec<Stage>,
+    graph: DiGraph<usize, ValueRef>,
+    /// Stage indices in execution order: topological, ties broken by manifest order.
+    pub order: Vec<usize>,
+}
+
+impl StepDag {
+    /// Builds and checks the DAG of a loaded manifest.
+    pub fn build(loaded: &LoadedManifest) -> Result<Self, Diagnostic> {
+        let specs = &loaded.manifest.stages;
+        let source = &loaded.source;
+        if specs.is_empty() {
+            return Err(source
+                .error_at(&KeyPath::root(), Part::Key, "the manifest has no `[[stage]]` tables")
+                .with_help(Some("a training step needs at least `data.yolo`, `network.forward`, a loss, `network.backward` and `optimizer` stages".into())));
+        }
+
+        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        for (i, spec) in specs.iter().enumerate() {
+            if let Some(&first) = by_name.get(spec.name.as_str()) {
+                return Err(source
+                    .error_at(&KeyPath::stage(i).key("name"), Part::Value, format!("duplicate stage name `{}`", spec.name))
+                    .with_label("defined again here")
+                    .with_related(source.span_of(&KeyPath::stage(first).key("name"), Part::Value), "first defined here"));
+            }
+            by_name.insert(&spec.name, i);
+        }
+
+        let mut stages = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let Some(kind) = catalog::kind(&spec.kind) else {
+                let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+                return Err(source
+                    .error_at(&KeyPath::stage(i).key("kind"), Part::Value, format!("unknown stage kind `{}` in stage `{}`", spec.kind, spec.name))
+                    .with_label("unknown kind")
+                    .with_help(suggestion(&spec.kind, names.iter().copied()))
+                    .with_note(format!("known kinds: {}", names.join(", "))));
+            };
+            if spec.inputs.len() != kind.inputs.len() {
+                return Err(source
+                    .error_at(&KeyPath::stage(i).key("inputs"), Part::Value, format!(
+                        "stage `{}` (kind `{}`) takes {} input(s), got {}",
+                        spec.name, kind.name, kind.inputs.len(), spec.inputs.len()
+                    ))
+                    .with_label(if kind.inputs.is_empty() { "expected no inputs".to_string() } else { format!("expected [{}]", kind.inputs.join(", ")) }));
+            }
+            let mut inputs = Vec::new();
+            for (j, reference) in spec.inputs.iter().enumerate() {
+                let at = KeyPath::stage(i).key("inputs").index(j);
+                inputs.push(resolve_input(loaded, &by_name, &spec.name, reference, &at)?);
+            }
+            if spec.capture && let Some(why) = kind.not_capturable {
+                return Err(source
+                    .error_at(&KeyPath::stage(i).key("capture"), Part::Value, format!(
+                        "stage `{}` (kind `{}`) cannot be captured: {why}",
+                        spec.name, kind.name
+                    ))
+                    .with_label("set `capture = false`"));
+            }
+            stages.push(Stage { name: spec.name.clone(), kind, capture: spec.capture, inputs });
+        }
+
+        let mut graph = DiGraph::new();
+        let nodes: Vec<NodeIndex> = (0..stages.len()).map(|i| graph.add_node(i)).collect();
+        for (i, stage) in stages.iter().enumerate() {
+            for input in &stage.inputs {
+                graph.add_edge(nodes[input.stage], nodes[i], *input);
+            }
+        }
+        if let Some(cycle) = find_cycle(&graph) {
+            let names: Vec<&str> = cycle.iter().map(|&i| stages[i].name.as_str()).collect();
+            let mut d = source
+                .error_at(&KeyPath::stage(cycle[0]).key("inputs"), Part::Value, format!(
+                    "the step DAG has a cycle: {} -> {}",
+                    names.join(" -> "),
+                    names[0]
+                ))
+                .with_label(format!("`{}` waits on `{}`", names[0], names[names.len() - 1]));
+            for &i in &cycle[1..] {
+                d = d.with_related(source.span_of(&KeyPath::stage(i).key("inputs"), Part::Value), format!("inputs of `{}`", stages[i].name));
+            }
+            return Err(d.with_help(Some("a step runs each stage once; break the loop by removing one of these inputs".into())));
+        }
+        let order = stable_topological_order(&graph, stages.len());
+        Ok(Self { stages, graph, order })
+    }
+
+    /// The stages that read `value`.
+    pub fn readers(&self, value: ValueRef) -> impl Iterator<Item = usize> + '_ {
+        self.graph
+            .edges(NodeIndex::new(value.stage))
+            .filter(move |e| *e.weight() == value)
+            .map(|e| self.graph[e.target()])
+    }
+
+    /// Splits the DAG at its capture seams; with `capture_enabled` false every stage is eager.
+    pub fn plan(&self, capture_enabled: bool) -> Plan {
+        plan::plan(self, capture_enabled)
+    }
+
+    pub fn name(&self, value: ValueRef) -> String {
+        format!("{}.{}", self.stages[value.stage].name, value.output)
+    }
+}
+
+fn resolve_input(
+    loaded: &LoadedManifest,
+    by_name: &HashMap<&str, usize>,
+    reader: &str,
+    reference: &str,
+    at: &KeyPath,
+) -> Result<ValueRef, Diagnostic> {
+    let source = &loaded.source;
+    let (stage_name, output) = match reference.split_once('.') {
+        Some((s, o)) => (s, Some(o)),
+        None => (reference, None),
+    };
+    let Some(&stage) = by_name.get(stage_name) else {
+        let help = did_you_mean(stage_name, by_name.keys().copied()).map(|s| match output {
+            Some(o) => format!("did you mean `{s}.{o}`?"),
+            None => format!("did you mean `{s}`?"),
+        });
+        return Err(source
+            .error_at(at, Part::Value, format!("stage `{reader}` reads `{reference}`, but no stage is named `{stage_name}`"))
+            .with_label("missing input")
+            .with_help(help));
+    };
+    let kind = catalog::kind(&loaded.manifest.stages[stage].kind).expect("kinds are checked in manifest order");
+    let output = match output {
+        Some(o) => kind.outputs.iter().copied().find(|k| *k == o).ok_or_else(|| {
+            source
+                .error_at(at, Part::Value, format!("stage `{stage_name}` (kind `{}`) has no output `{o}`", kind.name))
+                .with_label(format!("outputs: {}", kind.outputs.join(", ")))
+                .with_help(suggestion(o, kind.outputs.iter().copied()))
+        })?,
+        None => match kind.outputs {
+            [only] => *only,
+            outputs => {
+                return Err(source
+                    .error_at(at, Part::Value, format!("`{reference}` is ambiguous: stage `{stage_name}` has several outputs"))
+                    .with_label(format!("write one of {}", outputs.iter().map(|o| format!("`{stage_name}.{o}`")).collect::<Vec<_>>().join(", "))));
+            }
+        },
+    };
+    if stage_name == reader {
+        return Err(source
+            .error_at(at, Part::Value, format!("stage `{reader}` reads its own output `{reference}`"))
+            .with_label("a stage cannot be its own input"));
+    }
+    Ok(ValueRef { stage, output })
+}
+
+/// A cycle as stage indices in order, starting from its first stage in manifest order.
+fn find_cycle(graph: &DiGraph<usize, ValueRef>) -> Option<Vec<usize>> {
+    let scc = tarjan_scc(graph)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .min_by_key(|c| c.iter().map(|n| graph[*n]).min())?;
+    let start = *scc.iter().min_by_key(|n| graph[**n])?;
+    // Walk edges inside the component until we are back at the start: a depth-first search
+    // that keeps its path.
+    let mut path = vec![start];
+    let mut visited = vec![start];
+    fn walk(
+        graph: &DiGraph<usize, ValueRef>,
+        scc: &[NodeIndex],
+        start: NodeIndex,
+        path: &mut Vec<NodeIndex>,
+        visited: &mut Vec<NodeIndex>,
+    ) -> bool {
+        let here = *path.last().unwrap();
+        let mut next: Vec<NodeIndex> = graph.neighbors(here).filter(|n| scc.contains(n)).collect();
+        next.sort_by_key(|n| graph[*n]);
+        for n in next {
+            if n == start {
+                return true;
+            }
+            if !visited.contains(&n) {
+                visited.push(n);
+                path.push(n);
+                if walk(graph, scc, start, path, visited) {
+                    return true;
+                }
+                path.pop();
+            }
+        }
+        false
+    }
+    walk(graph, &scc, start, &mut path, &mut visited);
+    Some(path.into_iter().map(|n| graph[n]).collect())
+}
+
+/// Kahn's algorithm, always taking the ready stage that comes first in the manifest, so the
+/// order is the manifest's wherever the data flow allows it.
+fn stable_topological_order(graph: &DiGraph<usize, ValueRef>, n: usize) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut indegree = vec![0usize; n];
+    for e in graph.edge_references() {
+        indegree[graph[e.target()]] += 1;
+    }
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..n).filter(|&i| indegree[i] == 0).map(Reverse).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(Reverse(i)) = ready.pop() {
+        order.push(i);
+        for e in graph.edges(NodeIndex::new(i)) {
+            let t = graph[e.target()];
+            indegree[t] -= 1;
+            if indegree[t] == 0 {
+                ready.push(Reverse(t));
+            }
+        }
+    }
+    order
+}

@@ -1,0 +1,43 @@
+//! Where compiled GPU kernels and autotune results are kept between runs.
+//!
+//! The first run of a kernel compiles it with NVRTC and autotunes it (minutes for a whole
+//! network); cubecl can persist both. By default cubecl stores them under the outermost Cargo
+//! workspace's `target/` or the user cache; we pin one directory so that a run outside the
+//! source tree (the GPU machine) and a run inside it share the cache, and so it can be carried
+//! between machines.
+
+use std::path::PathBuf;
+
+use cubecl_environment::config::RuntimeConfig;
+use cubecl_runtime::config::CubeClRuntimeConfig;
+
+/// Environment variable naming the cache directory.
+pub const CACHE_ENV: &str = "LIBREYOLO_KERNEL_CACHE";
+
+/// The cache directory: `$LIBREYOLO_KERNEL_CACHE`, else `~/.cache/libreyolo-run/kernels`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(CACHE_ENV) {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    home.join("libreyolo-run").join("kernels")
+}
+
+/// Points cubecl at `cache_dir()` unless a `cubecl.toml` in the working directory (or above)
+/// already configures it. Must run before the first GPU tensor; later calls do nothing.
+pub fn configure() -> Option<PathBuf> {
+    let has_config_file = std::env::current_dir().ok().is_some_and(|dir| {
+        dir.ancestors().any(|d| d.join("cubecl.toml").exists() || d.join("CubeCL.toml").exists())
+    });
+    if has_config_file {
+        return None;
+    }
+    let dir = cache_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    let mut config = CubeClRuntimeConfig::default();
+    config.environment.path = cubecl_environment::persistence::CacheConfig::Directory(dir.clone());
+    CubeClRuntimeConfig::try_set(config).then_some(dir)
+}

@@ -1,0 +1,11 @@
+//! libreyolo-run: trains YOLO-family detectors from declarative TOML manifests.
+//!
+//! A manifest (see [`manifest`]) describes one training step as a DAG of stages ([`dag`]);
+//! the engine plans it into captured and eager segments and runs it on the device picked by
+//! [`device`].
+
+pub mod cli;
+pub mod dag;
+pub mod device;
+pub mod kernel_cache;
+pub mod manifest;

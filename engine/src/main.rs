@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    libreyolo_run::cli::main()
+}

@@ -1,0 +1,202 @@
+//! Setting values with more than one spelling (`imgsz = 640` or `[480, 640]`, `device = 0` or
+//! `"0,1"`), each with an error message that says what would have been accepted.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// Training image size: a square side or `[height, width]`; multiples of 32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImgSize {
+    Square(u32),
+    Rect { height: u32, width: u32 },
+}
+
+impl ImgSize {
+    pub fn height(self) -> u32 {
+        match self {
+            Self::Square(s) => s,
+            Self::Rect { height, .. } => height,
+        }
+    }
+
+    pub fn width(self) -> u32 {
+        match self {
+            Self::Square(s) => s,
+            Self::Rect { width, .. } => width,
+        }
+    }
+}
+
+impl fmt::Display for ImgSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Square(s) => write!(f, "{s}"),
+            Self::Rect { height, width } => write!(f, "{height}x{width}"),
+        }
+    }
+}
+
+impl Serialize for ImgSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Self::Square(side) => s.serialize_u32(side),
+            Self::Rect { height, width } => [height, width].serialize(s),
+        }
+    }
+}
+
+const IMGSZ_EXPECTED: &str = "an image size: an integer like 640, [height, width] or \"HxW\"";
+
+impl<'de> Deserialize<'de> for ImgSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ImgSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(IMGSZ_EXPECTED)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ImgSize, E> {
+                u32::try_from(v).map(ImgSize::Square).map_err(|_| E::custom(format!("imgsz must be positive, got {v}")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ImgSize, E> {
+                self.visit_i64(v as i64)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ImgSize, E> {
+                let parse = |s: &str| s.trim().parse::<u32>().ok();
+                match v.split_once(['x', 'X', ',']) {
+                    Some((h, w)) => match (parse(h), parse(w)) {
+                        (Some(height), Some(width)) => Ok(ImgSize::Rect { height, width }),
+                        _ => Err(E::custom(format!("expected {IMGSZ_EXPECTED}, got \"{v}\""))),
+                    },
+                    None => parse(v)
+                        .map(ImgSize::Square)
+                        .ok_or_else(|| E::custom(format!("expected {IMGSZ_EXPECTED}, got \"{v}\""))),
+                }
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ImgSize, A::Error> {
+                let height: u32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let width: u32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                if seq.next_element::<u32>()?.is_some() {
+                    return Err(de::Error::invalid_length(3, &self));
+                }
+                Ok(ImgSize::Rect { height, width })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Where to train: `"auto"` (CUDA when present, else CPU), `"cpu"`, or CUDA indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceRequest {
+    Auto,
+    Cpu,
+    Cuda(Vec<usize>),
+}
+
+impl fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(ids) => {
+                let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                f.write_str(&ids.join(","))
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceRequest {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        match s.to_ascii_lowercase().as_str() {
+            "auto" | "" => return Ok(Self::Auto),
+            "cpu" => return Ok(Self::Cpu),
+            "cuda" => return Ok(Self::Cuda(vec![0])),
+            _ => {}
+        }
+        let ids = s.strip_prefix("cuda:").unwrap_or(s);
+        let mut parsed = Vec::new();
+        for part in ids.split(',') {
+            let id = part.trim().parse::<usize>().map_err(|_| {
+                format!("expected \"auto\", \"cpu\", a GPU index like \"0\" or a list like \"0,1\"; got \"{s}\"")
+            })?;
+            if parsed.contains(&id) {
+                return Err(format!("GPU {id} is listed twice in device \"{s}\""));
+            }
+            parsed.push(id);
+        }
+        Ok(Self::Cuda(parsed))
+    }
+}
+
+impl Serialize for DeviceRequest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceRequest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = DeviceRequest;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"auto\", \"cpu\", a GPU index like 0 or a list like \"0,1\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<DeviceRequest, E> {
+                usize::try_from(v)
+                    .map(|i| DeviceRequest::Cuda(vec![i]))
+                    .map_err(|_| E::custom(format!("a GPU index cannot be negative, got {v}")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<DeviceRequest, E> {
+                self.visit_i64(v as i64)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DeviceRequest, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Compute dtype under mixed precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AmpDtype {
+    #[serde(rename = "bf16", alias = "bfloat16")]
+    Bf16,
+    #[serde(rename = "fp16", alias = "float16")]
+    Fp16,
+}
+
+/// Image cache: none, decoded images in RAM, or sidecar files on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheMode {
+    #[default]
+    None,
+    Ram,
+    Disk,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Sgd,
+    Adamw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheduler {
+    /// Linear warm-up, then linear decay to `lr0 * min_lr_ratio` (YOLOv9).
+    Linear,
+    /// Linear warm-up, then cosine decay to `lr0 * min_lr_ratio`.
+    #[serde(alias = "warmcos")]
+    Cos,
+}

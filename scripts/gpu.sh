@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs libreyolo-run on the GPU machine (the `device` tool), which has no Rust toolchain and
+# no network: the binary is built here, stripped and xz-compressed into .gpu/ (ignored by git,
+# carried by the device tool), and unpacked there. Compiled kernels and autotune results are
+# carried back and forth so warm-up is paid once. See docs/gpu.md.
+#
+# Here (CPU machine):
+#   scripts/gpu.sh pack                   # cargo build --release, strip, xz -> .gpu/libreyolo-run.xz
+#   scripts/gpu.sh keep-cache DIR         # after a device call: copy DIR/kernels.tar.xz into .gpu/
+# There (device tool, carry [".gpu"]):
+#   bash scripts/gpu.sh remote ARGS...    # unpack, restore the kernel cache, run `libreyolo-run ARGS`,
+#                                         # save the kernel cache to $OUT/kernels.tar.xz
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPU_DIR=.gpu
+
+case "${1:-}" in
+pack)
+    cargo build --release -p libreyolo-run
+    mkdir -p "$GPU_DIR"
+    strip -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
+    xz -6 -T0 -f "$GPU_DIR/libreyolo-run"
+    ls -l "$GPU_DIR"
+    ;;
+keep-cache)
+    src="${2:?usage: scripts/gpu.sh keep-cache DIR_WITH_kernels.tar.xz}"
+    cp "$src/kernels.tar.xz" "$GPU_DIR/kernels.tar.xz"
+    ls -l "$GPU_DIR/kernels.tar.xz"
+    ;;
+remote)
+    shift
+    : "${OUT:?remote mode runs on the device machine, where \$OUT is set}"
+    bin=/tmp/libreyolo-run
+    xz -dc "$GPU_DIR/libreyolo-run.xz" > "$bin" && chmod +x "$bin"
+    export LIBREYOLO_KERNEL_CACHE=/tmp/libreyolo-kernels
+    mkdir -p "$LIBREYOLO_KERNEL_CACHE"
+    if [ -f "$GPU_DIR/kernels.tar.xz" ]; then
+        tar -xJf "$GPU_DIR/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE"
+        echo "[gpu.sh] kernel cache restored: $(du -sh "$LIBREYOLO_KERNEL_CACHE" | cut -f1)"
+    else
+        echo "[gpu.sh] no kernel cache carried: cold start"
+    fi
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    status=0
+    "$bin" "$@" || status=$?
+    tar -cJf "$OUT/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE" .
+    echo "[gpu.sh] kernel cache saved: $(du -sh "$OUT/kernels.tar.xz" | cut -f1); exit status $status"
+    exit $status
+    ;;
+*)
+    sed -n '2,16p' "$0"
+    exit 2
+    ;;
+esac

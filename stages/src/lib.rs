@@ -1,0 +1,3 @@
+//! Stage implementations: data, losses, optimizers, EMA, schedules, validation.
+
+pub mod catalog;

@@ -1,0 +1,73 @@
+//! The binary end to end: `--dry-run` prints the plan, errors exit non-zero with one report.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
+        .args(args)
+        .current_dir(root)
+        .env("LIBREYOLO_LOG", "warn")
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn dry_run_prints_settings_device_and_plan() {
+    let out = run(&["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("## settings (resolved)"), "{stdout}");
+    assert!(stdout.contains("lr0 = 0.01"), "{stdout}");
+    assert!(stdout.contains("cpu (flex) - device=cpu"), "{stdout}");
+    assert!(stdout.contains("7 stages, 5 segments, 4 seams"), "{stdout}");
+    assert!(stdout.contains("#2 captured [forward]"), "{stdout}");
+    assert!(stdout.contains("#3 | #4  loss.loss"), "{stdout}");
+}
+
+#[test]
+fn dry_run_auto_device_works_without_a_gpu() {
+    let out = run(&["manifests/yolo9t.toml", "--dry-run"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("device=auto"), "{stdout}");
+}
+
+#[test]
+fn manifest_errors_exit_2_with_one_report() {
+    let out = run(&["manifests/yolo9t.toml", "--dry-run", "epoch=3"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr.matches("error:").count(), 1, "{stderr}");
+    assert!(stderr.contains("did you mean `epochs`"), "{stderr}");
+
+    let out = run(&["does/not/exist.toml", "--dry-run"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("cannot read manifest `does/not/exist.toml`"), "{stderr}");
+}
+
+#[test]
+fn missing_gpu_is_a_clear_error() {
+    if libreyolo_run::device::cuda_device_count() > 0 {
+        return; // only meaningful on a machine without CUDA
+    }
+    let out = run(&["manifests/yolo9t.toml", "--dry-run", "device=0"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("no CUDA device is available"), "{stderr}");
+}
+
+#[test]
+fn doctor_passes_on_the_cpu() {
+    let out = run(&["doctor", "--device", "cpu"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("\"passed\": true"), "{stdout}");
+    assert!(stdout.contains("\"graph_replays_distinct\": true"), "{stdout}");
+}

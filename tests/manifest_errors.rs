@@ -1,0 +1,290 @@
+//! Every class of manifest error produces one clear diagnostic that names the file, line and
+//! key (or the command-line argument), with a suggestion where a near name exists.
+
+use std::path::{Path, PathBuf};
+
+use libreyolo_run::dag::StepDag;
+use libreyolo_run::manifest::{self, Diagnostic, LoadedManifest};
+
+fn shipped_manifest() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/yolo9t.toml");
+    std::fs::read_to_string(path).expect("manifests/yolo9t.toml is readable")
+}
+
+/// Writes `text` as a manifest in a fresh temp dir and returns its path (the dir is leaked so
+/// the file outlives the call).
+fn write_manifest(text: &str) -> PathBuf {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let path = dir.join("m.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn load(text: &str, overrides: &[&str]) -> Result<(LoadedManifest, StepDag), Diagnostic> {
+    let path = write_manifest(text);
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    let loaded = manifest::load(&path, &overrides)?;
+    let dag = StepDag::build(&loaded)?;
+    Ok((loaded, dag))
+}
+
+/// The rendered error of a manifest that must fail.
+fn error(text: &str, overrides: &[&str]) -> String {
+    match load(text, overrides) {
+        Ok(_) => panic!("expected an error for overrides {overrides:?}"),
+        Err(d) => d.render(false),
+    }
+}
+
+/// 1-based line of the first line of `text` containing `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines().position(|l| l.contains(needle)).expect("needle present") + 1
+}
+
+fn replace(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "the shipped manifest contains `{from}`");
+    text.replacen(from, to, 1)
+}
+
+#[test]
+fn shipped_manifest_loads_with_reference_defaults() {
+    let (loaded, dag) = load(&shipped_manifest(), &[]).unwrap();
+    let m = &loaded.manifest;
+    assert_eq!((m.run.epochs, m.run.batch, m.run.imgsz.height()), (300, 16, 640));
+    assert_eq!((m.optim.lr0, m.optim.momentum, m.optim.weight_decay), (0.01, 0.937, 5e-4));
+    assert_eq!((m.schedule.warmup_epochs, m.schedule.warmup_lr_start, m.schedule.min_lr_ratio), (3.0, 1e-4, 0.01));
+    assert_eq!((m.ema.decay, m.model.aux_weight, m.data.max_labels), (0.9999, 0.25, 300));
+    assert_eq!(dag.stages.len(), 7);
+}
+
+#[test]
+fn unknown_key_names_line_and_suggests() {
+    let text = replace(&shipped_manifest(), "epochs = 300", "epoch = 300");
+    let out = error(&text, &[]);
+    assert!(out.contains("unknown key `epoch` in [run]"), "{out}");
+    assert!(out.contains(&format!("m.toml:{}:1", line_of(&text, "epoch = 300"))), "{out}");
+    assert!(out.contains("did you mean `epochs`?"), "{out}");
+}
+
+#[test]
+fn unknown_section_suggests() {
+    let text = replace(&shipped_manifest(), "[capture]", "[captur]");
+    let out = error(&text, &[]);
+    assert!(out.contains("unknown key `captur` in the top level"), "{out}");
+    assert!(out.contains("did you mean `capture`?"), "{out}");
+    assert!(out.contains(&format!(":{}:", line_of(&text, "[captur]"))), "{out}");
+}
+
+#[test]
+fn wrong_type_names_the_key() {
+    let text = replace(&shipped_manifest(), "epochs = 300", "epochs = \"ten\"");
+    let out = error(&text, &[]);
+    assert!(out.contains("wrong type for `run.epochs`: expected a non-negative integer"), "{out}");
+    assert!(out.contains(&format!(":{}:", line_of(&text, "epochs = \"ten\""))), "{out}");
+}
+
+#[test]
+fn missing_required_key_names_it() {
+    let text = replace(&shipped_manifest(), "family = \"yolo9\"\n", "");
+    let out = error(&text, &[]);
+    assert!(out.contains("missing key `family` in [model]"), "{out}");
+    assert!(out.contains(&format!(":{}:", line_of(&text, "[model]"))), "{out}");
+}
+
+#[test]
+fn missing_required_section_names_it() {
+    let text = shipped_manifest();
+    let start = text.find("[data]").unwrap();
+    let end = text.find("[model]").unwrap();
+    let text = format!("{}{}", &text[..start], &text[end..]);
+    let out = error(&text, &[]);
+    assert!(out.contains("missing key `data` in the top level"), "{out}");
+}
+
+#[test]
+fn invalid_enum_value_suggests() {
+    let text = replace(&shipped_manifest(), "dtype = \"fp16\"", "dtype = \"bf61\"");
+    let out = error(&text, &[]);
+    assert!(out.contains("invalid value `bf61` for `precision.dtype`"), "{out}");
+    assert!(out.contains("did you mean `bf16`?"), "{out}");
+}
+
+#[test]
+fn toml_syntax_error_points_at_line() {
+    let text = replace(&shipped_manifest(), "batch = 16", "batch = = 16");
+    let out = error(&text, &[]);
+    assert!(out.contains("invalid TOML"), "{out}");
+    assert!(out.contains(&format!(":{}:", line_of(&text, "batch = = 16"))), "{out}");
+}
+
+#[test]
+fn out_of_range_values_are_explained() {
+    let out = error(&shipped_manifest(), &["imgsz=630"]);
+    assert!(out.contains("imgsz must be a multiple of 32"), "{out}");
+    assert!(out.contains("use 608 or 640"), "{out}");
+    let out = error(&shipped_manifest(), &["mosaic=1.5"]);
+    assert!(out.contains("`augment.mosaic_prob` must be between 0 and 1"), "{out}");
+    let out = error(&shipped_manifest(), &["batch=0"]);
+    assert!(out.contains("-1 for AutoBatch"), "{out}");
+    let out = error(&shipped_manifest(), &["family=yolo8"]);
+    assert!(out.contains("unknown model family `yolo8`"), "{out}");
+}
+
+#[test]
+fn overrides_apply_with_libreyolo_names() {
+    let (loaded, dag) = load(&shipped_manifest(), &[
+        "epochs=3",
+        "lr0=0.02",
+        "capture.threshold=5",
+        "cuda_graph=true",
+        "mosaic=0.5",
+        "imgsz=[480,640]",
+        "device=cpu",
+        "name=2024",
+        "ema=false",
+        "stage.loss.capture=true",
+        "data=other.yaml",
+    ])
+    .unwrap();
+    let m = &loaded.manifest;
+    assert_eq!((m.run.epochs, m.optim.lr0, m.capture.threshold), (3, 0.02, 5));
+    assert!(m.capture.enabled && !m.ema.enabled);
+    assert_eq!(m.augment.mosaic_prob, 0.5);
+    assert_eq!((m.run.imgsz.height(), m.run.imgsz.width()), (480, 640));
+    assert_eq!(m.run.name, "2024");
+    assert_eq!(m.data.dataset, PathBuf::from("other.yaml"), "command-line paths stay relative to the shell");
+    assert!(m.stages[2].capture);
+    // forward, loss and backward are now one captured segment.
+    let plan = dag.plan(m.capture.enabled);
+    let captured: Vec<Vec<&str>> = plan
+        .segments
+        .iter()
+        .filter(|s| s.captured)
+        .map(|s| s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect())
+        .collect();
+    assert_eq!(captured, vec![vec!["forward", "loss", "backward"]]);
+}
+
+#[test]
+fn override_unknown_key_suggests() {
+    let out = error(&shipped_manifest(), &["epoch=3"]);
+    assert!(out.contains("unknown setting `epoch`"), "{out}");
+    assert!(out.contains("command line"), "{out}");
+    assert!(out.contains("did you mean `epochs` (run.epochs)?"), "{out}");
+}
+
+#[test]
+fn override_unknown_section_suggests() {
+    let out = error(&shipped_manifest(), &["captur.threshold=5"]);
+    assert!(out.contains("unknown section `captur`"), "{out}");
+    assert!(out.contains("did you mean `capture.threshold`?"), "{out}");
+    let out = error(&shipped_manifest(), &["capture.treshold=5"]);
+    assert!(out.contains("did you mean `capture.threshold`?"), "{out}");
+}
+
+#[test]
+fn override_wrong_type_names_key_and_argument() {
+    let out = error(&shipped_manifest(), &["capture.threshold=abc"]);
+    assert!(out.contains("wrong type for `capture.threshold`"), "{out}");
+    assert!(out.contains("capture.threshold=abc"), "{out}");
+}
+
+#[test]
+fn override_ambiguous_and_malformed() {
+    let out = error(&shipped_manifest(), &["enabled=true"]);
+    assert!(out.contains("`enabled` is ambiguous"), "{out}");
+    assert!(out.contains("`capture.enabled`"), "{out}");
+    let out = error(&shipped_manifest(), &["epochs"]);
+    assert!(out.contains("expected `key=value`, got `epochs`"), "{out}");
+    let out = error(&shipped_manifest(), &["stage.forwrd.capture=false"]);
+    assert!(out.contains("no stage is named `forwrd`"), "{out}");
+    assert!(out.contains("did you mean `stage.forward.capture`?"), "{out}");
+}
+
+#[test]
+fn unknown_stage_kind_suggests() {
+    let text = replace(&shipped_manifest(), "kind = \"network.forward\"", "kind = \"network.foward\"");
+    let out = error(&text, &[]);
+    assert!(out.contains("unknown stage kind `network.foward` in stage `forward`"), "{out}");
+    assert!(out.contains("did you mean `network.forward`?"), "{out}");
+    assert!(out.contains(&format!(":{}:", line_of(&text, "network.foward"))), "{out}");
+}
+
+#[test]
+fn missing_input_stage_is_named() {
+    let text = replace(&shipped_manifest(), "inputs = [\"forward.preds\"", "inputs = [\"forwad.preds\"");
+    let out = error(&text, &[]);
+    assert!(out.contains("stage `loss` reads `forwad.preds`, but no stage is named `forwad`"), "{out}");
+    assert!(out.contains("did you mean `forward.preds`?"), "{out}");
+}
+
+#[test]
+fn unknown_output_is_named() {
+    let text = replace(&shipped_manifest(), "inputs = [\"forward.preds\"", "inputs = [\"forward.pred\"");
+    let out = error(&text, &[]);
+    assert!(out.contains("stage `forward` (kind `network.forward`) has no output `pred`"), "{out}");
+    assert!(out.contains("did you mean `preds`?"), "{out}");
+}
+
+#[test]
+fn duplicate_stage_names_show_both() {
+    let text = replace(&shipped_manifest(), "name = \"ema\"", "name = \"optimizer\"");
+    let out = error(&text, &[]);
+    assert!(out.contains("duplicate stage name `optimizer`"), "{out}");
+    assert!(out.contains("first defined here"), "{out}");
+    assert!(out.contains("defined again here"), "{out}");
+}
+
+#[test]
+fn cycles_name_every_stage_involved() {
+    // forward now also waits on the optimizer: forward -> loss -> backward -> optimizer -> forward.
+    let text = replace(
+        &shipped_manifest(),
+        "kind = \"network.forward\"\ninputs = [\"data.images\"]",
+        "kind = \"network.forward\"\ninputs = [\"optimizer.params\"]",
+    );
+    let out = error(&text, &[]);
+    assert!(out.contains("the step DAG has a cycle: forward -> loss -> backward -> optimizer -> forward"), "{out}");
+}
+
+#[test]
+fn wrong_input_count_and_uncapturable_stage() {
+    let text = replace(&shipped_manifest(), "inputs = [\"forward.preds\", \"data.targets\"]", "inputs = [\"forward.preds\"]");
+    let out = error(&text, &[]);
+    assert!(out.contains("stage `loss` (kind `loss.yolo9`) takes 2 input(s), got 1"), "{out}");
+    let out = error(&shipped_manifest(), &["stage.data.capture=true"]);
+    assert!(out.contains("stage `data` (kind `data.yolo`) cannot be captured"), "{out}");
+}
+
+#[test]
+fn a_manifest_without_stages_is_an_error() {
+    let text = shipped_manifest();
+    let text = &text[..text.find("[[stage]]").unwrap()];
+    let out = error(text, &[]);
+    assert!(out.contains("missing key `stage`") || out.contains("no `[[stage]]` tables"), "{out}");
+}
+
+#[test]
+fn plan_reproduces_libreyolo_contract() {
+    let (loaded, dag) = load(&shipped_manifest(), &["cuda_graph=true"]).unwrap();
+    let plan = dag.plan(loaded.manifest.capture.enabled);
+    let shape: Vec<(bool, Vec<&str>)> = plan
+        .segments
+        .iter()
+        .map(|s| (s.captured, s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect()))
+        .collect();
+    assert_eq!(shape, vec![
+        (false, vec!["data"]),
+        (true, vec!["forward"]),
+        (false, vec!["loss"]),
+        (true, vec!["backward"]),
+        (false, vec!["optimizer", "ema", "schedule"]),
+    ]);
+    let crossing: Vec<Vec<String>> = plan.seams.iter().map(|s| s.values.iter().map(|v| dag.name(*v)).collect()).collect();
+    assert_eq!(crossing[0], vec!["data.images", "data.targets"]);
+    assert_eq!(crossing[1], vec!["data.targets", "forward.preds"]);
+    assert_eq!(crossing[2], vec!["loss.loss"]);
+    assert_eq!(crossing[3], vec!["backward.grads"]);
+    // With capture off the whole step is one eager segment.
+    assert_eq!(dag.plan(false).segments.len(), 1);
+}
