@@ -9,3 +9,4 @@ pub mod dag;
 pub mod device;
 pub mod kernel_cache;
 pub mod manifest;
+pub mod network;

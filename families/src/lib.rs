@@ -1,5 +1,17 @@
-//! Network families: the block library and the registry that builds a network from a
-//! manifest topology.
+//! Network families: the block library, the parameter store, and the registry that builds a
+//! network from a manifest topology.
+
+pub mod blocks;
+pub mod ctx;
+pub mod network;
+pub mod params;
+pub mod topology;
+pub mod weights;
+
+pub use ctx::{BatchStats, Ctx};
+pub use network::{HeadMaps, Network};
+pub use params::{ParamId, ParamStore, Role, Value};
+pub use topology::{LayerSpec, TopologyError};
 
 /// Families a manifest can name in `model.family`.
 pub const FAMILIES: &[&str] = &["yolo9"];

@@ -2,11 +2,13 @@
 
 use std::fmt::Write;
 
+use libreyolo_families::ParamStore;
+
 use crate::dag::StepDag;
 use crate::device::ResolvedDevice;
 use crate::manifest::LoadedManifest;
 
-pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice) -> String {
+pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, params: &ParamStore, nc: usize) -> String {
     let m = &loaded.manifest;
     let mut out = String::new();
     let _ = writeln!(out, "# dry run of {}", loaded.source.path.display());
@@ -14,12 +16,24 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice) -
         let _ = writeln!(out, "# override: {} -> {}", o.arg, o.path);
     }
     let _ = writeln!(out, "\n## settings (resolved)\n");
-    // Stages are shown in the plan below; the settings dump leaves them out.
+    // Stages and layers are summarised below; the settings dump leaves them out.
     let mut settings = toml::Table::try_from(m).expect("the manifest serializes");
     settings.remove("stage");
+    if let Some(model) = settings.get_mut("model").and_then(|v| v.as_table_mut()) {
+        model.remove("layers");
+    }
     let _ = writeln!(out, "{}", toml::to_string_pretty(&settings).expect("the manifest serializes").trim_end());
 
     let _ = writeln!(out, "\n## device\n\n{}", device.describe());
+
+    let _ = writeln!(
+        out,
+        "\n## network\n\n{} layers, {} tensors, {} parameters (nc={nc}{})",
+        m.model.layers.len(),
+        params.len(),
+        params.num_parameters(),
+        if m.model.aux_weight > 0.0 { ", with the PGI auxiliary branch" } else { "" }
+    );
 
     let plan = dag.plan(m.capture.enabled);
     let _ = writeln!(out, "\n## plan\n");

@@ -91,8 +91,11 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     let device = crate::device::resolve(&loaded.manifest.run.device).map_err(|msg| {
         loaded.source.error_at(&manifest::KeyPath::dotted("run.device"), manifest::Part::Value, msg)
     })?;
+    let nc = loaded.manifest.model.nc.map(|n| n as usize).unwrap_or(crate::network::DEFAULT_NC);
+    let with_aux = loaded.manifest.model.aux_weight > 0.0;
+    let (_, params) = crate::network::build(&loaded, nc, with_aux, &burn::tensor::Device::flex())?;
     if args.dry_run {
-        print!("{}", dry_run::report(&loaded, &dag, &device));
+        print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc));
         return Ok(());
     }
     Err(Failure::Run(anyhow::anyhow!(

@@ -97,8 +97,8 @@ pub struct DataSettings {
 #[serde(deny_unknown_fields)]
 pub struct ModelSettings {
     pub family: String,
-    /// Name of the layer list (topology) to build.
-    pub topology: String,
+    /// Size label of the topology (`t`, `s`, ...), recorded in checkpoints.
+    pub size: String,
     /// Number of classes; taken from the dataset when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nc: Option<u32>,
@@ -108,6 +108,8 @@ pub struct ModelSettings {
     /// Weight of the PGI auxiliary head's loss; 0 removes the branch.
     #[serde(default = "defaults::aux_weight")]
     pub aux_weight: f64,
+    /// The topology: layers in order, each a block of the family's library.
+    pub layers: Vec<libreyolo_families::LayerSpec>,
 }
 
 /// `[precision]`: mixed precision.

@@ -1,0 +1,64 @@
+//! BatchNorm2d with PyTorch's semantics, written so that a CUDA graph can replay it.
+//!
+//! Training normalises with the batch mean and biased variance over (N, H, W) and records the
+//! batch statistics; the running statistics are folded in afterwards, in place
+//! (`ParamStore::apply_batch_stats`). Burn's own BatchNorm replaces its running tensors every
+//! step, which a captured graph cannot follow.
+
+use burn::tensor::Tensor;
+
+use crate::ctx::{BatchStats, Ctx};
+use crate::params::{Builder, ParamId, Role};
+
+/// LibreYOLO's BatchNorm: eps 1e-3, momentum 0.03.
+pub const EPS: f64 = 1e-3;
+pub const MOMENTUM: f64 = 0.03;
+
+#[derive(Debug, Clone)]
+pub struct BatchNorm {
+    weight: ParamId,
+    bias: ParamId,
+    running_mean: ParamId,
+    running_var: ParamId,
+    count: ParamId,
+    channels: usize,
+}
+
+impl BatchNorm {
+    pub fn new(b: &mut Builder, channels: usize) -> Self {
+        Self {
+            weight: b.constant("weight", Role::BnWeight, channels, 1.0),
+            bias: b.constant("bias", Role::BnBias, channels, 0.0),
+            running_mean: b.constant("running_mean", Role::RunningMean, channels, 0.0),
+            running_var: b.constant("running_var", Role::RunningVar, channels, 1.0),
+            count: b.count("num_batches_tracked"),
+            channels,
+        }
+    }
+
+    pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+        let c = self.channels;
+        let per_channel = |t: Tensor<1>| t.reshape([1, c, 1, 1]);
+        let weight = per_channel(cx.rank1(self.weight));
+        let bias = per_channel(cx.rank1(self.bias));
+        if !cx.training() {
+            let mean = per_channel(cx.rank1(self.running_mean));
+            let std = per_channel(cx.rank1(self.running_var).add_scalar(EPS).sqrt());
+            return x.sub(mean).div(std).mul(weight).add(bias);
+        }
+        let [n, _, h, w] = x.dims();
+        let count = (n * h * w) as f64;
+        let mean = x.clone().mean_dims(&[0, 2, 3]);
+        let centered = x.sub(mean.clone());
+        let var = centered.clone().square().mean_dims(&[0, 2, 3]);
+        let y = centered.div(var.clone().add_scalar(EPS).sqrt()).mul(weight).add(bias);
+        cx.record(BatchStats {
+            running_mean: self.running_mean,
+            running_var: self.running_var,
+            count: self.count,
+            mean: mean.detach().inner().reshape([c]),
+            var_unbiased: var.detach().inner().reshape([c]).mul_scalar(count / (count - 1.0).max(1.0)),
+        });
+        y
+    }
+}

@@ -1,0 +1,135 @@
+//! DDetect: YOLOv9's anchor-free decoupled head, and the DFL decode of its raw maps.
+//!
+//! Per scale i, a box tower `cv2[i]` predicts 4 sides x `reg_max` distance bins (side-major)
+//! and a class tower `cv3[i]` predicts `nc` logits; the raw map is `cat(box, cls)`.
+//!
+//! ```text
+//! cv2[i]: Conv3x3(ch_i -> bw) -> Conv3x3(bw -> bw, groups 4) -> Conv2d1x1(bw -> 4*reg_max, groups 4)
+//! cv3[i]: Conv3x3(ch_i -> cw) -> Conv3x3(cw -> cw)           -> Conv2d1x1(cw -> nc)
+//! ```
+
+use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::{Tensor, TensorData};
+
+use super::conv::{Conv, Conv2d, ConvShape};
+use crate::ctx::Ctx;
+use crate::params::Builder;
+
+/// Groups of the box tower's last two convs.
+const BOX_GROUPS: usize = 4;
+/// Initial bias of the box tower's last conv.
+const BOX_BIAS: f32 = 1.0;
+/// Initial bias of the class tower's last conv: a foreground prior of sigmoid(-10) = 4.5e-5.
+const CLASS_BIAS: f32 = -10.0;
+
+#[derive(Debug, Clone)]
+struct Tower {
+    c0: Conv,
+    c1: Conv,
+    out: Conv2d,
+}
+
+impl Tower {
+    fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+        self.out.forward(self.c1.forward(self.c0.forward(x, cx), cx), cx)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DDetect {
+    box_towers: Vec<Tower>,
+    class_towers: Vec<Tower>,
+    pub nc: usize,
+    pub reg_max: usize,
+    pub strides: Vec<usize>,
+}
+
+impl DDetect {
+    /// `channels`: the width of each input scale; `strides`: its stride in pixels.
+    pub fn new(b: &mut Builder, channels: &[usize], nc: usize, reg_max: usize, strides: Vec<usize>) -> Self {
+        let box_out = 4 * reg_max;
+        let box_width = round_up(channels[0] / 4, BOX_GROUPS).max(box_out).max(reg_max);
+        let class_width = channels[0].max(nc.min(100));
+        let box_towers = channels
+            .iter()
+            .enumerate()
+            .map(|(i, &ch)| {
+                let mut towers = b.pp("cv2");
+                let mut b = towers.pp(i);
+                Tower {
+                    c0: Conv::new(&mut b.pp(0), ConvShape::new(ch, box_width, 3, 1)),
+                    c1: Conv::new(&mut b.pp(1), ConvShape::new(box_width, box_width, 3, 1).groups(BOX_GROUPS)),
+                    out: Conv2d::with_bias(&mut b.pp(2), ConvShape::new(box_width, box_out, 1, 1).groups(BOX_GROUPS), BOX_BIAS),
+                }
+            })
+            .collect();
+        let class_towers = channels
+            .iter()
+            .enumerate()
+            .map(|(i, &ch)| {
+                let mut towers = b.pp("cv3");
+                let mut b = towers.pp(i);
+                Tower {
+                    c0: Conv::new(&mut b.pp(0), ConvShape::new(ch, class_width, 3, 1)),
+                    c1: Conv::new(&mut b.pp(1), ConvShape::new(class_width, class_width, 3, 1)),
+                    out: Conv2d::with_bias(&mut b.pp(2), ConvShape::new(class_width, nc, 1, 1), CLASS_BIAS),
+                }
+            })
+            .collect();
+        Self { box_towers, class_towers, nc, reg_max, strides }
+    }
+
+    /// Raw maps `(B, 4*reg_max + nc, H_i, W_i)`, one per scale.
+    pub fn forward(&self, features: &[Tensor<4>], cx: &Ctx) -> Vec<Tensor<4>> {
+        features
+            .iter()
+            .zip(self.box_towers.iter().zip(&self.class_towers))
+            .map(|(f, (bt, ct))| Tensor::cat(vec![bt.forward(f.clone(), cx), ct.forward(f.clone(), cx)], 1))
+            .collect()
+    }
+
+    /// Inference decode: `(B, 4 + nc, A)` with xyxy boxes in input pixels and sigmoid scores.
+    /// Anchors are `(x + 0.5, y + 0.5)` grid cells, scale by scale, row-major; each side's
+    /// distance is the expectation of its softmaxed bins.
+    pub fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+        let device = maps[0].device();
+        let (mut boxes, mut scores) = (vec![], vec![]);
+        let (mut anchor_xy, mut anchor_stride) = (vec![], vec![]);
+        for (map, &stride) in maps.iter().zip(&self.strides) {
+            let [b, c, h, w] = map.dims();
+            let flat = map.clone().reshape([b, c, h * w]);
+            let mut parts = flat.split_with_sizes(vec![4 * self.reg_max, self.nc], 1);
+            scores.push(parts.pop().expect("two parts"));
+            boxes.push(parts.pop().expect("two parts"));
+            for y in 0..h {
+                for x in 0..w {
+                    anchor_xy.push((x as f32 + 0.5, y as f32 + 0.5));
+                    anchor_stride.push(stride as f32);
+                }
+            }
+        }
+        let a = anchor_xy.len();
+        let xs: Vec<f32> = anchor_xy.iter().map(|p| p.0).chain(anchor_xy.iter().map(|p| p.1)).collect();
+        let anchors = Tensor::<3>::from_data(TensorData::new(xs, [1, 2, a]), &device);
+        let strides = Tensor::<3>::from_data(TensorData::new(anchor_stride, [1, 1, a]), &device);
+
+        let logits = Tensor::cat(boxes, 2);
+        let b = logits.dims()[0];
+        let dist = self.expected_distance(logits.reshape([b, 4, self.reg_max, a]));
+        let lt = dist.clone().narrow(1, 0, 2);
+        let rb = dist.narrow(1, 2, 2);
+        let xyxy = Tensor::cat(vec![anchors.clone().sub(lt), anchors.add(rb)], 1).mul(strides);
+        Tensor::cat(vec![xyxy, sigmoid(Tensor::cat(scores, 2))], 1)
+    }
+
+    /// `(B, 4, reg_max, A)` bin logits -> `(B, 4, A)` expected distance in grid cells.
+    fn expected_distance(&self, bins: Tensor<4>) -> Tensor<3> {
+        let [b, _, r, a] = bins.dims();
+        let project = Tensor::<1, burn::tensor::Int>::arange(0..r as i64, &bins.device()).float().reshape([1, 1, r, 1]);
+        softmax(bins, 2).mul(project).sum_dim(2).reshape([b, 4, a])
+    }
+}
+
+fn round_up(value: usize, divisor: usize) -> usize {
+    value.div_ceil(divisor) * divisor
+}

@@ -1,0 +1,21 @@
+//! The YOLOv9 block library; each block is one file and reads like the paper's diagram.
+
+pub mod batch_norm;
+pub mod conv;
+pub mod detect;
+pub mod downsample;
+pub mod elan;
+pub mod rep_conv;
+pub mod rep_ncsp;
+pub mod rep_ncspelan;
+pub mod sppelan;
+
+pub use batch_norm::BatchNorm;
+pub use conv::{Conv, Conv2d, ConvShape};
+pub use detect::DDetect;
+pub use downsample::{ADown, AConv};
+pub use elan::Elan;
+pub use rep_conv::RepConvN;
+pub use rep_ncsp::{RepNBottleneck, RepNCSP};
+pub use rep_ncspelan::RepNCSPELAN;
+pub use sppelan::SPPELAN;

@@ -1,0 +1,133 @@
+//! What a forward pass reads: the parameters as this step sees them, and whether BatchNorm
+//! uses batch statistics (training) or its running statistics (eval).
+
+use std::cell::RefCell;
+
+use burn::tensor::{Gradients, Tensor};
+
+use crate::params::{ParamId, ParamStore, Value};
+
+/// A parameter as the forward pass uses it.
+#[derive(Debug, Clone)]
+enum Live {
+    Rank4(Tensor<4>),
+    Rank1(Tensor<1>),
+    None,
+}
+
+/// Batch statistics of one BatchNorm layer from a training forward, applied to the running
+/// statistics afterwards by [`ParamStore::apply_batch_stats`], outside the forward, so that
+/// extra forwards (graph-capture warm-up) need not advance them.
+#[derive(Debug, Clone)]
+pub struct BatchStats {
+    pub running_mean: ParamId,
+    pub running_var: ParamId,
+    pub count: ParamId,
+    /// Per-channel batch mean (detached, no autodiff).
+    pub mean: Tensor<1>,
+    /// Per-channel unbiased batch variance (detached, no autodiff).
+    pub var_unbiased: Tensor<1>,
+}
+
+/// Forward context.
+pub struct Ctx {
+    live: Vec<Live>,
+    training: bool,
+    batch_stats: RefCell<Vec<BatchStats>>,
+}
+
+impl Ctx {
+    /// Eval mode: the stored tensors, BatchNorm on running statistics.
+    pub fn eval(store: &ParamStore) -> Self {
+        Self::new(store, false)
+    }
+
+    /// Training mode: trainable tensors become autodiff leaves that keep their gradient;
+    /// BatchNorm normalises with batch statistics.
+    pub fn train(store: &ParamStore) -> Self {
+        Self::new(store, true)
+    }
+
+    fn new(store: &ParamStore, training: bool) -> Self {
+        fn leaf<const D: usize>(t: &Tensor<D>, track: bool) -> Tensor<D> {
+            if track { t.clone().autodiff().require_grad() } else { t.clone() }
+        }
+        let live = store
+            .entries()
+            .iter()
+            .map(|e| {
+                let track = training && e.role.is_trainable();
+                match &e.value {
+                    Value::Rank4(t) => Live::Rank4(leaf(t, track)),
+                    Value::Rank1(t) => Live::Rank1(leaf(t, track)),
+                    Value::Count(_) => Live::None,
+                }
+            })
+            .collect();
+        Self { live, training, batch_stats: RefCell::new(vec![]) }
+    }
+
+    pub fn training(&self) -> bool {
+        self.training
+    }
+
+    pub fn rank4(&self, id: ParamId) -> Tensor<4> {
+        match &self.live[id.0] {
+            Live::Rank4(t) => t.clone(),
+            other => panic!("parameter {} is not rank 4: {other:?}", id.0),
+        }
+    }
+
+    pub fn rank1(&self, id: ParamId) -> Tensor<1> {
+        match &self.live[id.0] {
+            Live::Rank1(t) => t.clone(),
+            other => panic!("parameter {} is not rank 1: {other:?}", id.0),
+        }
+    }
+
+    pub(crate) fn record(&self, stats: BatchStats) {
+        self.batch_stats.borrow_mut().push(stats);
+    }
+
+    /// The BatchNorm statistics gathered by the forward passes so far.
+    pub fn take_batch_stats(&self) -> Vec<BatchStats> {
+        std::mem::take(&mut self.batch_stats.borrow_mut())
+    }
+
+    /// The gradient of every trainable parameter that took part in the loss, flattened.
+    pub fn gradients(&self, grads: &Gradients) -> Vec<(ParamId, Tensor<1>)> {
+        self.live
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let g = match l {
+                    Live::Rank4(t) => {
+                        let n = t.shape().num_elements();
+                        t.grad(grads).map(|g| g.reshape([n]))
+                    }
+                    Live::Rank1(t) => t.grad(grads),
+                    Live::None => None,
+                }?;
+                Some((ParamId(i), g))
+            })
+            .collect()
+    }
+}
+
+impl ParamStore {
+    /// Folds batch statistics into the running statistics in place, with PyTorch's rule:
+    /// `running = (1 - momentum) * running + momentum * batch` (unbiased variance), and counts
+    /// the batch in `num_batches_tracked`.
+    pub fn apply_batch_stats(&mut self, stats: Vec<BatchStats>, momentum: f64) {
+        for s in stats {
+            for (id, batch) in [(s.running_mean, s.mean), (s.running_var, s.var_unbiased)] {
+                if let Value::Rank1(t) = &mut self.entry_mut(id).value {
+                    t.inplace(|r| r.mul_scalar(1.0 - momentum).add(batch.mul_scalar(momentum)));
+                }
+            }
+            if let Value::Count(n) = &mut self.entry_mut(s.count).value {
+                *n += 1;
+            }
+        }
+    }
+}

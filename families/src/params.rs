@@ -1,0 +1,209 @@
+//! Named parameters and buffers, in the order of LibreYOLO's `state_dict`.
+//!
+//! The network does not own its tensors: blocks hold `ParamId`s into one `ParamStore`. The
+//! engine can then update every tensor in place (optimizer, EMA, BatchNorm statistics), which
+//! CUDA-graph replay requires, and save or load them under LibreYOLO's key names.
+
+use burn::tensor::{Device, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// What a tensor is for: the optimizer's parameter groups and the EMA are chosen by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Conv weight (weight decay applies).
+    Weight,
+    /// Conv bias (no weight decay).
+    Bias,
+    /// BatchNorm scale (no weight decay).
+    BnWeight,
+    /// BatchNorm shift (no weight decay).
+    BnBias,
+    /// BatchNorm running mean (a buffer: no gradient).
+    RunningMean,
+    /// BatchNorm running variance (a buffer: no gradient).
+    RunningVar,
+    /// BatchNorm `num_batches_tracked` (an int64 scalar kept on the host).
+    BatchCount,
+}
+
+impl Role {
+    /// Trained by the optimizer.
+    pub fn is_trainable(self) -> bool {
+        matches!(self, Role::Weight | Role::Bias | Role::BnWeight | Role::BnBias)
+    }
+}
+
+/// A stored value.
+#[derive(Debug, Clone)]
+pub enum Value {
+    /// Conv weights, `[out, in/groups, kh, kw]`.
+    Rank4(Tensor<4>),
+    /// Biases and BatchNorm vectors.
+    Rank1(Tensor<1>),
+    /// `num_batches_tracked`.
+    Count(i64),
+}
+
+impl Value {
+    pub fn shape(&self) -> Vec<usize> {
+        match self {
+            Value::Rank4(t) => t.dims().to_vec(),
+            Value::Rank1(t) => t.dims().to_vec(),
+            Value::Count(_) => vec![],
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub name: String,
+    pub role: Role,
+    pub value: Value,
+}
+
+/// Index of an entry in a `ParamStore`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ParamId(pub usize);
+
+/// All tensors of a network, in state-dict order.
+#[derive(Debug, Clone, Default)]
+pub struct ParamStore {
+    entries: Vec<Entry>,
+}
+
+impl ParamStore {
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn entry(&self, id: ParamId) -> &Entry {
+        &self.entries[id.0]
+    }
+
+    pub fn entry_mut(&mut self, id: ParamId) -> &mut Entry {
+        &mut self.entries[id.0]
+    }
+
+    pub fn find(&self, name: &str) -> Option<ParamId> {
+        self.entries.iter().position(|e| e.name == name).map(ParamId)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Number of trainable scalars (PyTorch's `sum(p.numel() for p in parameters())`).
+    pub fn num_parameters(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.role.is_trainable())
+            .map(|e| e.value.shape().iter().product::<usize>())
+            .sum()
+    }
+
+    fn push(&mut self, name: String, role: Role, value: Value) -> ParamId {
+        debug_assert!(self.find(&name).is_none(), "duplicate parameter name {name}");
+        self.entries.push(Entry { name, role, value });
+        ParamId(self.entries.len() - 1)
+    }
+
+    pub fn rank4(&self, id: ParamId) -> &Tensor<4> {
+        match &self.entries[id.0].value {
+            Value::Rank4(t) => t,
+            _ => panic!("{} is not a rank-4 tensor", self.entries[id.0].name),
+        }
+    }
+
+    pub fn rank1(&self, id: ParamId) -> &Tensor<1> {
+        match &self.entries[id.0].value {
+            Value::Rank1(t) => t,
+            _ => panic!("{} is not a rank-1 tensor", self.entries[id.0].name),
+        }
+    }
+
+    /// Moves every tensor to `device`.
+    pub fn to_device(&mut self, device: &Device) {
+        for e in &mut self.entries {
+            e.value = match std::mem::replace(&mut e.value, Value::Count(0)) {
+                Value::Rank4(t) => Value::Rank4(t.to_device(device)),
+                Value::Rank1(t) => Value::Rank1(t.to_device(device)),
+                Value::Count(n) => Value::Count(n),
+            };
+        }
+    }
+}
+
+/// Builds a `ParamStore` while blocks are constructed, naming entries by path like candle's
+/// `VarBuilder`: `b.pp("cv1").pp("conv")` creates `...cv1.conv.weight`.
+pub struct Builder<'a> {
+    store: &'a mut ParamStore,
+    rng: &'a mut StdRng,
+    device: Device,
+    prefix: String,
+}
+
+/// The state of a fresh build: a store and the RNG for PyTorch-style initialisation.
+pub struct BuildState {
+    pub store: ParamStore,
+    pub rng: StdRng,
+}
+
+impl BuildState {
+    pub fn new(seed: u64) -> Self {
+        Self { store: ParamStore::default(), rng: StdRng::seed_from_u64(seed) }
+    }
+
+    pub fn builder(&mut self, device: &Device) -> Builder<'_> {
+        Builder { store: &mut self.store, rng: &mut self.rng, device: device.clone(), prefix: String::new() }
+    }
+}
+
+impl Builder<'_> {
+    /// A builder whose names are prefixed with `name.`.
+    pub fn pp(&mut self, name: impl std::fmt::Display) -> Builder<'_> {
+        let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) };
+        Builder { store: self.store, rng: self.rng, device: self.device.clone(), prefix }
+    }
+
+    fn key(&self, leaf: &str) -> String {
+        if self.prefix.is_empty() { leaf.to_string() } else { format!("{}.{leaf}", self.prefix) }
+    }
+
+    /// A conv weight with PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+    pub fn conv_weight(&mut self, out: usize, in_per_group: usize, k: usize) -> ParamId {
+        let fan_in = in_per_group * k * k;
+        let values = self.uniform(out * fan_in, 1.0 / (fan_in as f32).sqrt());
+        let t = Tensor::<4>::from_data(TensorData::new(values, [out, in_per_group, k, k]), &self.device);
+        self.store.push(self.key("weight"), Role::Weight, Value::Rank4(t))
+    }
+
+    /// A conv bias with PyTorch's default init (same bound as its weight).
+    pub fn conv_bias(&mut self, out: usize, fan_in: usize) -> ParamId {
+        let values = self.uniform(out, 1.0 / (fan_in as f32).sqrt());
+        self.vector("bias", Role::Bias, values)
+    }
+
+    /// A vector filled with `value`.
+    pub fn constant(&mut self, leaf: &str, role: Role, len: usize, value: f32) -> ParamId {
+        self.vector(leaf, role, vec![value; len])
+    }
+
+    pub fn count(&mut self, leaf: &str) -> ParamId {
+        self.store.push(self.key(leaf), Role::BatchCount, Value::Count(0))
+    }
+
+    fn vector(&mut self, leaf: &str, role: Role, values: Vec<f32>) -> ParamId {
+        let len = values.len();
+        let t = Tensor::<1>::from_data(TensorData::new(values, [len]), &self.device);
+        self.store.push(self.key(leaf), role, Value::Rank1(t))
+    }
+
+    fn uniform(&mut self, n: usize, bound: f32) -> Vec<f32> {
+        (0..n).map(|_| self.rng.random_range(-bound..bound)).collect()
+    }
+}

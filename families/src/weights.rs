@@ -1,0 +1,171 @@
+//! Weights in safetensors files with LibreYOLO's `state_dict` key names.
+//!
+//! Loading checks the file against the network: every key must be present with its shape, and
+//! no key may be left over; otherwise the error lists the missing, unexpected and mis-shaped
+//! keys. Saving writes atomically (temporary file, fsync, rename) so a crash never leaves a
+//! truncated checkpoint.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Tensor, TensorData};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use crate::params::{ParamStore, Value};
+
+/// Prefixes of the PGI auxiliary branch; ignored when the network has no aux branch.
+const AUX_PREFIXES: &[&str] = &["aux.", "aux_head."];
+
+#[derive(Debug, thiserror::Error)]
+pub enum WeightsError {
+    #[error("cannot read weights `{path}`: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("`{path}` is not a valid safetensors file: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("weights `{path}` do not match the network:\n{details}")]
+    Mismatch { path: PathBuf, details: String },
+}
+
+/// Which keys a load touched.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub loaded: usize,
+    /// Auxiliary-branch keys skipped because the network has none.
+    pub skipped_aux: usize,
+}
+
+/// Loads every tensor of `store` from `path`. With `partial`, keys missing from the file keep
+/// their current values (an overlay); unexpected and mis-shaped keys are errors either way.
+pub fn load_safetensors(store: &mut ParamStore, path: &Path, partial: bool) -> Result<LoadReport, WeightsError> {
+    let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
+    let file = SafeTensors::deserialize(&bytes)
+        .map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
+    let has_aux = store.entries().iter().any(|e| AUX_PREFIXES.iter().any(|p| e.name.starts_with(p)));
+
+    let mut missing = vec![];
+    let mut mismatched = vec![];
+    for entry in store.entries() {
+        match file.tensor(&entry.name) {
+            Ok(view) if view.shape() != entry.value.shape().as_slice() => {
+                mismatched.push(format!("{}: network {:?}, file {:?}", entry.name, entry.value.shape(), view.shape()));
+            }
+            Ok(_) => {}
+            Err(_) if partial => {}
+            Err(_) => missing.push(entry.name.clone()),
+        }
+    }
+    let mut skipped_aux = 0;
+    let mut unexpected = vec![];
+    for name in file.names() {
+        if store.find(name).is_none() {
+            if !has_aux && AUX_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                skipped_aux += 1;
+            } else {
+                unexpected.push(name.to_string());
+            }
+        }
+    }
+    if !missing.is_empty() || !unexpected.is_empty() || !mismatched.is_empty() {
+        let mut details = String::new();
+        for (what, list) in [("missing", &missing), ("unexpected", &unexpected), ("mis-shaped", &mismatched)] {
+            if list.is_empty() {
+                continue;
+            }
+            let _ = writeln!(details, "  {} {what} key(s):", list.len());
+            for k in list.iter().take(20) {
+                let _ = writeln!(details, "    {k}");
+            }
+            if list.len() > 20 {
+                let _ = writeln!(details, "    ... and {} more", list.len() - 20);
+            }
+        }
+        return Err(WeightsError::Mismatch { path: path.to_path_buf(), details: details.trim_end().to_string() });
+    }
+
+    let mut loaded = 0;
+    let format_err = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
+    for i in 0..store.len() {
+        let entry = store.entry_mut(crate::params::ParamId(i));
+        let Ok(view) = file.tensor(&entry.name) else { continue };
+        entry.value = match &entry.value {
+            Value::Rank4(t) => {
+                let data = TensorData::new(floats(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, view.shape().to_vec());
+                Value::Rank4(Tensor::from_data(data, &t.device()))
+            }
+            Value::Rank1(t) => {
+                let data = TensorData::new(floats(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, view.shape().to_vec());
+                Value::Rank1(Tensor::from_data(data, &t.device()))
+            }
+            Value::Count(_) => Value::Count(integer(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?),
+        };
+        loaded += 1;
+    }
+    Ok(LoadReport { loaded, skipped_aux })
+}
+
+fn floats(view: &TensorView) -> Result<Vec<f32>, String> {
+    let d = view.data();
+    Ok(match view.dtype() {
+        Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        Dtype::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
+        Dtype::F16 => d.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::BF16 => d.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        other => return Err(format!("expected a float tensor, found {other:?}")),
+    })
+}
+
+fn integer(view: &TensorView) -> Result<i64, String> {
+    let d = view.data();
+    match (view.dtype(), d.len()) {
+        (Dtype::I64, 8) => Ok(i64::from_le_bytes(d.try_into().unwrap())),
+        (Dtype::I32, 4) => Ok(i32::from_le_bytes(d.try_into().unwrap()) as i64),
+        (dtype, _) => Err(format!("expected an int64 scalar, found {dtype:?} of {} bytes", d.len())),
+    }
+}
+
+/// Writes every tensor of `store` to `path` (f32, counts as int64 scalars), atomically.
+pub fn save_safetensors(store: &ParamStore, path: &Path) -> std::io::Result<()> {
+    let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::with_capacity(store.len());
+    for e in store.entries() {
+        let (dtype, bytes) = match &e.value {
+            Value::Rank4(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
+            Value::Rank1(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
+            Value::Count(n) => (Dtype::I64, n.to_le_bytes().to_vec()),
+        };
+        owned.push((e.name.clone(), dtype, e.value.shape(), bytes));
+    }
+    let views = owned
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.as_str(), v)).map_err(std::io::Error::other)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let buffer = safetensors::serialize(views, None).map_err(std::io::Error::other)?;
+    write_atomically(path, &buffer)
+}
+
+fn f32_bytes(data: TensorData) -> Vec<u8> {
+    let values: Vec<f32> = data.convert::<f32>().try_to_vec::<f32>().expect("converted to f32");
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Write to a temporary file beside `path`, fsync, then rename over `path`.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("weights")));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
