@@ -1,3 +1,4 @@
 //! Stage implementations: data, losses, optimizers, EMA, schedules, validation.
 
 pub mod catalog;
+pub mod loss;

@@ -1,0 +1,10 @@
+//! Detection losses. Every loss here is sync-free: it only launches tensor operations on
+//! fixed-size inputs and never reads a value back to the host, so it can run inside a CUDA
+//! graph and leaves reading its terms for logging to the caller.
+
+pub mod anchors;
+pub mod assigner;
+pub mod ciou;
+pub mod yolo9;
+
+pub use yolo9::{LossTerms, Yolo9Loss};
