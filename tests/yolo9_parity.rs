@@ -1,15 +1,14 @@
-//! YOLOv9 network parity with LibreYOLO 1.6 on the fixture of `LIBREYOLO_PARITY_DIR`:
-//! parameter counts, state-dict keys, eval and train maps, decoded predictions and BatchNorm
-//! running statistics (tolerances from yolo9t_fixture.md section 5).
-
-mod support;
+//! YOLOv9 parity with LibreYOLO 1.6 on the fixture of `LIBREYOLO_PARITY_DIR` (default
+//! `../shared/parity`): parameter counts, state-dict keys, init values, weights files, and the
+//! full report of `libreyolo_run::parity` (eval and train maps, decoded predictions, BatchNorm
+//! statistics, the TAL assignment, loss terms and gradients) within the fixture's tolerances.
 
 use std::path::PathBuf;
 
 use burn::tensor::Device;
-use libreyolo_families::{Ctx, Network, ParamStore, Value};
+use libreyolo_families::{Network, ParamStore, Value};
 use libreyolo_run::manifest::{self, LoadedManifest};
-use support::fixture::{self, Fixture, max_abs_diff, read, select_rows};
+use libreyolo_run::parity::{self, fixture::{self, Fixture, max_abs_diff, read}};
 
 fn loaded(name: &str, overrides: &[&str]) -> LoadedManifest {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests").join(name);
@@ -24,7 +23,7 @@ fn build(name: &str, nc: usize, with_aux: bool) -> (Network, ParamStore) {
 /// YOLOv9-t with the fixture's weights.
 fn fixture_model() -> (Network, ParamStore) {
     let (net, mut params) = build("yolo9t.toml", 80, false);
-    libreyolo_families::weights::load_safetensors(&mut params, &fixture::path("yolo9t_nc80.safetensors"), false).unwrap();
+    libreyolo_families::weights::load_safetensors(&mut params, &fixture::default_dir().join("yolo9t_nc80.safetensors"), false).unwrap();
     (net, params)
 }
 
@@ -40,7 +39,7 @@ fn parameter_counts_match_libreyolo() {
 #[test]
 fn state_dict_keys_match_libreyolo() {
     let keys: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture::path("yolo9t_nc80.keys.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixture::default_dir().join("yolo9t_nc80.keys.json")).unwrap()).unwrap();
     let expected: Vec<(String, Vec<usize>)> = keys["keys"]
         .as_array()
         .unwrap()
@@ -58,92 +57,20 @@ fn state_dict_keys_match_libreyolo() {
     }
 }
 
-/// Compares `ours` (B, ...) with the fixture tensor `name`, which holds the batch elements
-/// listed in `index_name`.
-fn assert_maps_close(ours: &[f32], batch: usize, fx: &Fixture, name: &str, index_name: &str, atol: f64) {
-    let expected = fx.get(name);
-    let index: Vec<usize> = fx.get(index_name).values.iter().map(|v| *v as usize).collect();
-    let row = ours.len() / batch;
-    let picked = select_rows(ours, row, &index);
-    let diff = max_abs_diff(&picked, &expected.to_f32());
-    eprintln!("{name}: max |diff| = {diff:.3e}");
-    assert!(diff <= atol, "{name}: max |diff| {diff:e} > {atol:e}");
-}
-
-/// Per (batch, channel) sums over H, W compared with the f64 checksums of every element.
-fn assert_sums_close(ours: &[f32], dims: &[usize], fx: &Fixture, name: &str, atol_per_value: f64) {
-    let expected = fx.get(name);
-    let per = dims[2..].iter().product::<usize>();
-    let sums: Vec<f32> = ours.chunks(per).map(|c| c.iter().map(|v| *v as f64).sum::<f64>() as f32).collect();
-    let diff = max_abs_diff(&sums, &expected.to_f32());
-    assert!(diff <= atol_per_value * per as f64, "{name}: max |diff| {diff:e}");
-}
-
 #[test]
-fn eval_maps_and_predictions_match() {
-    let fx = Fixture::io();
-    let (net, params) = fixture_model();
-    let images = fx.images(&Device::flex());
-    let batch = images.dims()[0];
-    let cx = Ctx::eval(&params);
-    let maps = net.forward(images, &cx, false).main;
-    for (i, map) in maps.iter().enumerate() {
-        let (dims, values) = read(map);
-        assert_maps_close(&values, batch, &fx, &format!("eval_p{}", i + 3), "eval_index", 1e-4);
-        assert_sums_close(&values, &dims, &fx, &format!("eval_p{}_sum", i + 3), 1e-4);
-    }
-    let (dims, pred) = read(&net.head().decode(&maps));
-    let expected = fx.get("eval_pred");
-    let index: Vec<usize> = fx.get("eval_pred_index").values.iter().map(|v| *v as usize).collect();
-    let picked = select_rows(&pred, dims[1] * dims[2], &index);
-    let (a, rows) = (dims[2], dims[1]);
-    let (mut box_diff, mut score_diff) = (0f64, 0f64);
-    for (k, (x, y)) in picked.iter().zip(expected.to_f32()).enumerate() {
-        let row = (k / a) % rows;
-        let d = (*x as f64 - y as f64).abs();
-        if row < 4 { box_diff = box_diff.max(d) } else { score_diff = score_diff.max(d) }
-    }
-    eprintln!("eval_pred: boxes max |diff| {box_diff:.3e} px, scores {score_diff:.3e}");
-    assert!(box_diff <= 2e-3, "boxes differ by {box_diff} px");
-    assert!(score_diff <= 1e-5, "scores differ by {score_diff}");
-}
-
-#[test]
-fn train_maps_and_batchnorm_statistics_match() {
-    let fx = Fixture::io();
-    let (net, mut params) = fixture_model();
-    let images = fx.images(&Device::flex());
-    let batch = images.dims()[0];
-    let cx = Ctx::train(&params);
-    let maps = net.forward(images, &cx, false).main;
-    for (i, map) in maps.iter().enumerate() {
-        let (dims, values) = read(map);
-        assert_maps_close(&values, batch, &fx, &format!("train_p{}", i + 3), "train_index", 1e-4);
-        assert_sums_close(&values, &dims, &fx, &format!("train_p{}_sum", i + 3), 1e-4);
-    }
-    params.apply_batch_stats(cx.take_batch_stats(), libreyolo_families::blocks::batch_norm::MOMENTUM);
-    for layer in ["backbone.elan2.cv1.bn", "head.cv3.2.1.bn"] {
-        for stat in ["running_mean", "running_var"] {
-            let key = format!("{layer}.{stat}");
-            let expected = fx.get(&format!("bn_after_train.{key}")).to_f32();
-            let id = params.find(&key).unwrap();
-            let (_, ours) = read(params.rank1(id));
-            let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
-            let diff = max_abs_diff(&ours, &expected);
-            eprintln!("{key}: max |diff| {diff:.3e} (max value {scale:.3e})");
-            assert!(diff <= 1e-5 * scale + 1e-9, "{key}: {diff:e}");
-        }
-        let count = params.find(&format!("{layer}.num_batches_tracked")).unwrap();
-        let expected = fx.get(&format!("bn_after_train.{layer}.num_batches_tracked")).scalar() as i64;
-        assert!(matches!(params.entry(count).value, Value::Count(n) if n == expected));
-    }
+fn eval_train_loss_and_gradients_match_on_cpu() {
+    let (net, params) = build("yolo9t.toml", 80, false);
+    let report = parity::run(&fixture::default_dir(), &net, &params, &Device::flex()).unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let failures = report.failures();
+    assert!(failures.is_empty(), "parity failures: {failures:#?}");
 }
 
 #[test]
 fn init_overlay_gives_libreyolo_scratch_init() {
     // Our fresh init has LibreYOLO's BN, box-bias and class-bias values exactly.
     let (_, ours) = build("yolo9t.toml", 80, false);
-    let overlay = Fixture::open("yolo9t_nc80_init.safetensors");
+    let overlay = Fixture::open(&fixture::default_dir().join("yolo9t_nc80_init.safetensors")).unwrap();
     for key in ["backbone.conv0.bn.weight", "backbone.conv0.bn.running_var", "head.cv2.0.2.bias", "head.cv3.2.2.bias"] {
         let (_, values) = read(ours.rank1(ours.find(key).unwrap()));
         assert_eq!(max_abs_diff(&values, &overlay.get(key).to_f32()), 0.0, "{key}");

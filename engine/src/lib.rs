@@ -4,9 +4,11 @@
 //! the engine plans it into captured and eager segments and runs it on the device picked by
 //! [`device`].
 
+pub mod bench;
 pub mod cli;
 pub mod dag;
 pub mod device;
 pub mod kernel_cache;
 pub mod manifest;
 pub mod network;
+pub mod parity;

@@ -207,3 +207,16 @@ impl Builder<'_> {
         (0..n).map(|_| self.rng.random_range(-bound..bound)).collect()
     }
 }
+
+impl ParamStore {
+    /// Casts every float tensor to `dtype` (mixed-precision working copies, benchmarks).
+    pub fn cast(&mut self, dtype: burn::tensor::FloatDType) {
+        for e in &mut self.entries {
+            e.value = match std::mem::replace(&mut e.value, Value::Count(0)) {
+                Value::Rank4(t) => Value::Rank4(t.cast(dtype)),
+                Value::Rank1(t) => Value::Rank1(t.cast(dtype)),
+                Value::Count(n) => Value::Count(n),
+            };
+        }
+    }
+}

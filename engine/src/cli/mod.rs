@@ -1,7 +1,9 @@
 //! The `libreyolo-run` command line.
 
+mod bench;
 mod doctor;
 mod dry_run;
+mod parity;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +30,10 @@ enum Command {
     /// Check the compute device: enumeration, a tensor op checked against the CPU, and a
     /// captured CUDA graph replayed on new inputs.
     Doctor(doctor::DoctorArgs),
+    /// Check the network, loss and gradients against LibreYOLO's parity fixture on a device.
+    Parity(parity::ParityArgs),
+    /// Time the network or the loss on a device (warm-up reported apart).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +56,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Doctor(args)) => doctor::run(&args),
+        Some(Command::Parity(args)) => parity::run(&args),
+        Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Train(args)) => train(&args),
         None => train(&cli.train),
     };

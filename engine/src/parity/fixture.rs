@@ -1,27 +1,17 @@
 //! The LibreYOLO parity fixture (`LIBREYOLO_PARITY_DIR`, default `../shared/parity` beside the
 //! repository): tensors of `yolo9t_io.safetensors` and the weights files.
 
-#![allow(dead_code)]
-
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
 use safetensors::tensor::{Dtype, SafeTensors};
 
-pub fn dir() -> PathBuf {
+/// `$LIBREYOLO_PARITY_DIR`, else `../shared/parity` beside the repository.
+pub fn default_dir() -> PathBuf {
     match std::env::var_os("LIBREYOLO_PARITY_DIR") {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/parity"),
     }
-}
-
-pub fn path(name: &str) -> PathBuf {
-    dir().join(name)
-}
-
-/// The shipped manifest's text.
-pub fn manifest_text(name: &str) -> String {
-    std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests").join(name)).unwrap()
 }
 
 /// One tensor of a safetensors file, as f64 values plus its shape.
@@ -41,27 +31,31 @@ impl Array {
     }
 }
 
+/// One safetensors file of the fixture, read into memory.
 pub struct Fixture {
     bytes: Vec<u8>,
 }
 
 impl Fixture {
-    pub fn io() -> Self {
-        Self::open("yolo9t_io.safetensors")
+    /// `yolo9t_io.safetensors` of `dir`.
+    pub fn io(dir: &Path) -> anyhow::Result<Self> {
+        Self::open(&dir.join("yolo9t_io.safetensors"))
     }
 
-    pub fn open(name: &str) -> Self {
-        let p = path(name);
-        Self { bytes: std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display())) }
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading fixture {}: {e}", path.display()))?;
+        SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("fixture {}: {e}", path.display()))?;
+        Ok(Self { bytes })
     }
 
-    pub fn has(&self, name: &str) -> bool {
-        SafeTensors::deserialize(&self.bytes).unwrap().tensor(name).is_ok()
+    pub fn names(&self) -> Vec<String> {
+        SafeTensors::deserialize(&self.bytes).unwrap().names().into_iter().map(str::to_string).collect()
     }
 
+    /// The tensor `name`; panics if the fixture lacks it (a malformed fixture).
     pub fn get(&self, name: &str) -> Array {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        let view = st.tensor(name).unwrap_or_else(|_| panic!("fixture tensor {name}"));
+        let st = SafeTensors::deserialize(&self.bytes).expect("checked when opened");
+        let view = st.tensor(name).unwrap_or_else(|_| panic!("fixture tensor {name} is missing"));
         let d = view.data();
         let values: Vec<f64> = match view.dtype() {
             Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),

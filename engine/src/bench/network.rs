@@ -1,0 +1,35 @@
+//! Network forward (eval) and forward+backward (train) time at a given batch, size and dtype.
+
+use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+use libreyolo_families::{Ctx, Network, ParamStore};
+
+use super::{Timing, time};
+
+pub struct NetworkBench {
+    pub batch: usize,
+    pub height: usize,
+    pub width: usize,
+    pub dtype: FloatDType,
+    pub warmup: usize,
+    pub iters: usize,
+}
+
+pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &Device) -> Vec<Timing> {
+    let mut params = params.clone();
+    params.to_device(device);
+    params.cast(cfg.dtype);
+    let images = Tensor::<4>::random([cfg.batch, 3, cfg.height, cfg.width], Distribution::Uniform(0.0, 1.0), device).cast(cfg.dtype);
+    let tag = format!("b{} {}x{} {:?}", cfg.batch, cfg.height, cfg.width, cfg.dtype);
+    let eval = Ctx::eval(&params);
+    let forward = time(&format!("forward (eval) {tag}"), device, cfg.warmup, cfg.iters, || {
+        network.forward(images.clone(), &eval, false).main
+    });
+    let train = time(&format!("forward+backward (train) {tag}"), device, cfg.warmup, cfg.iters, || {
+        let cx = Ctx::train(&params);
+        let maps = network.forward(images.clone(), &cx, false).main;
+        let loss = maps.into_iter().map(|m| m.mean()).reduce(|a, b| a.add(b)).expect("three maps");
+        let grads = loss.backward();
+        cx.gradients(&grads)
+    });
+    vec![forward, train]
+}

@@ -1,0 +1,49 @@
+//! `libreyolo-run parity`: the LibreYOLO parity checks on any device (CPU or GPU).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::Failure;
+use crate::manifest::DeviceRequest;
+
+#[derive(Debug, Args)]
+pub struct ParityArgs {
+    /// Manifest whose topology is YOLOv9-t.
+    #[arg(long, default_value = "manifests/yolo9t.toml")]
+    manifest: PathBuf,
+    /// Fixture folder (yolo9t_io.safetensors, yolo9t_nc80.safetensors, ...); defaults to
+    /// $LIBREYOLO_PARITY_DIR or ../shared/parity.
+    #[arg(long)]
+    fixture: Option<PathBuf>,
+    #[arg(long, default_value = "auto")]
+    device: DeviceRequest,
+    /// Also write the report as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+pub fn run(args: &ParityArgs) -> Result<(), Failure> {
+    crate::kernel_cache::configure();
+    let loaded = crate::manifest::load(&args.manifest, &[])?;
+    let device = crate::device::resolve(&args.device).map_err(anyhow::Error::msg)?;
+    let dev = device.devices().remove(0);
+    let (network, params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
+    let dir = args.fixture.clone().unwrap_or_else(crate::parity::fixture::default_dir);
+    eprintln!("parity on {} with {}", device.describe(), dir.display());
+    let start = std::time::Instant::now();
+    let report = crate::parity::run(&dir, &network, &params, &dev)?;
+    let json = serde_json::to_string_pretty(&report).expect("report serializes");
+    println!("{json}");
+    eprintln!("parity took {:.1}s", start.elapsed().as_secs_f64());
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    let failures = report.failures();
+    if failures.is_empty() {
+        println!("parity: every figure within the fixture's tolerances");
+        Ok(())
+    } else {
+        Err(Failure::Run(anyhow::anyhow!("parity failures:\n  {}", failures.join("\n  "))))
+    }
+}
