@@ -37,7 +37,8 @@ pub fn configure() -> Option<PathBuf> {
     }
     let dir = cache_dir();
     let _ = std::fs::create_dir_all(&dir);
-    let mut config = CubeClRuntimeConfig::default();
+    // Environment overrides (CUBECL_AUTOTUNE_LEVEL, CUBECL_DEBUG_LOG, ...) still apply.
+    let mut config = CubeClRuntimeConfig::default().override_from_env();
     config.environment.path = cubecl_environment::persistence::CacheConfig::Directory(dir.clone());
     CubeClRuntimeConfig::try_set(config).then_some(dir)
 }

@@ -54,7 +54,7 @@ pub fn assign(cfg: AssignerConfig, anchors: &Anchors, targets: Tensor<3>, pred_c
     let gt_boxes = parts[1].clone(); // (B, M, 4)
 
     // 1. Candidate anchors: (B, M, A).
-    let gt = Boxes::<3>::from_last_axis(gt_boxes.clone()); // each (B, M)
+    let gt = Boxes::<2>::from_last_axis(gt_boxes.clone()); // each (B, M)
     let gt4 = Boxes::<3> {
         x1: gt.x1.clone().unsqueeze_dim::<3>(2),
         y1: gt.y1.clone().unsqueeze_dim::<3>(2),

@@ -1,0 +1,32 @@
+//! Letterbox: resize into (H, W) keeping the aspect (`r = min(H/h, W/w)`, sides truncated),
+//! image at the top-left corner, the rest filled with 114 (LibreYOLO's default `topleft`).
+
+use image::RgbImage;
+
+use super::Boxes;
+use crate::data::FILL;
+use crate::data::image::{fit, resize};
+
+/// The letterboxed image and the ratio `r` (boxes scale by `r`, no offset).
+pub fn apply(img: &RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (RgbImage, f32) {
+    let (r, nw, nh) = fit(img.width(), img.height(), height, width);
+    let resized = resize(img, nw, nh);
+    let mut out = RgbImage::from_pixel(width, height, image::Rgb([FILL; 3]));
+    image::imageops::replace(&mut out, &resized, 0, 0);
+    for b in &mut boxes.xyxy {
+        for v in b.iter_mut() {
+            *v *= r;
+        }
+    }
+    (out, r)
+}
+
+/// Maps a box of the letterboxed image back to the original image's pixels.
+pub fn unapply(xyxy: [f32; 4], r: f32, orig_w: u32, orig_h: u32) -> [f32; 4] {
+    [
+        (xyxy[0] / r).clamp(0.0, orig_w as f32),
+        (xyxy[1] / r).clamp(0.0, orig_h as f32),
+        (xyxy[2] / r).clamp(0.0, orig_w as f32),
+        (xyxy[3] / r).clamp(0.0, orig_h as f32),
+    ]
+}

@@ -1,0 +1,60 @@
+//! Decoding images (JPEG, PNG, BMP; EXIF orientation ignored, as OpenCV's
+//! `IMREAD_IGNORE_ORIENTATION`) to RGB, and the pre-resize of LibreYOLO's cache: the longer
+//! side fitted to the training size, aspect kept, bilinear.
+
+use std::path::Path;
+
+use fast_image_resize::images::Image;
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use image::RgbImage;
+
+/// Image extensions a dataset folder is scanned for (any case).
+pub const EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp"];
+
+pub fn is_image(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+/// Decodes `path` to RGB8.
+pub fn decode(path: &Path) -> Result<RgbImage, String> {
+    let reader = image::ImageReader::open(path).map_err(|e| e.to_string())?.with_guessed_format().map_err(|e| e.to_string())?;
+    let img = reader.decode().map_err(|e| e.to_string())?;
+    Ok(img.into_rgb8())
+}
+
+/// Width and height from the file header, without decoding the pixels.
+pub fn dimensions(path: &Path) -> Result<(u32, u32), String> {
+    image::ImageReader::open(path)
+        .map_err(|e| e.to_string())?
+        .with_guessed_format()
+        .map_err(|e| e.to_string())?
+        .into_dimensions()
+        .map_err(|e| e.to_string())
+}
+
+/// Resizes `img` to `width` x `height` (bilinear).
+pub fn resize(img: &RgbImage, width: u32, height: u32) -> RgbImage {
+    if img.width() == width && img.height() == height {
+        return img.clone();
+    }
+    let src = Image::from_vec_u8(img.width(), img.height(), img.as_raw().clone(), PixelType::U8x3).expect("RGB8 buffer matches its size");
+    let mut dst = Image::new(width.max(1), height.max(1), PixelType::U8x3);
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    Resizer::new().resize(&src, &mut dst, &options).expect("same pixel type");
+    RgbImage::from_raw(width.max(1), height.max(1), dst.into_vec()).expect("buffer of the requested size")
+}
+
+/// The pre-resize ratio and size: `r = min(H / h, W / w)`, sides truncated (`int(w * r)`).
+pub fn fit(width: u32, height: u32, target_h: u32, target_w: u32) -> (f32, u32, u32) {
+    let r = (target_h as f64 / height as f64).min(target_w as f64 / width as f64);
+    (r as f32, ((width as f64 * r) as u32).max(1), ((height as f64 * r) as u32).max(1))
+}
+
+/// Decodes and pre-resizes: returns the image and the ratio applied to it.
+pub fn load_resized(path: &Path, target_h: u32, target_w: u32) -> Result<(RgbImage, f32), String> {
+    let img = decode(path)?;
+    let (r, w, h) = fit(img.width(), img.height(), target_h, target_w);
+    Ok((resize(&img, w, h), r))
+}

@@ -1,0 +1,186 @@
+//! Batches assembled on a pool of worker threads ahead of the training step.
+//!
+//! Each epoch is a shuffled permutation (seeded by `seed` and the epoch); every sample draws
+//! its augmentation from its own RNG seeded by `(seed, epoch, position)`, so a given seed gives
+//! the same batches whatever the number of workers. A producer thread fills a bounded queue of
+//! ready batches; images travel as u8 (B, 3, H, W), a quarter of the f32 bytes, and are scaled
+//! to [0, 1] on the device.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, sync_channel};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rayon::prelude::*;
+
+use super::dataset::Dataset;
+use super::sample::{self, Augment, Sample};
+
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    /// Images per batch (per rank).
+    pub batch: usize,
+    pub height: u32,
+    pub width: u32,
+    pub workers: usize,
+    pub seed: u64,
+    /// Target rows per image; padding rows have class -1.
+    pub max_labels: usize,
+    pub shuffle: bool,
+    /// Drop the last partial batch (when the split has at least one full batch).
+    pub drop_last: bool,
+    /// Batches prepared ahead.
+    pub prefetch: usize,
+    /// `None`: validation (letterbox only).
+    pub augment: Option<Augment>,
+    /// This rank's shard: `(rank, world_size)`.
+    pub shard: (usize, usize),
+}
+
+/// One batch, ready for a single host-to-device copy.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// `(B, 3, H, W)` RGB, u8.
+    pub images: Vec<u8>,
+    /// `(B, max_labels, 5)` `[cls, x1, y1, x2, y2]` normalised; padding rows `[-1, 0, 0, 0, 0]`.
+    pub targets: Vec<f32>,
+    pub size: usize,
+    pub height: u32,
+    pub width: u32,
+    pub max_labels: usize,
+    /// Dataset index of each image.
+    pub indices: Vec<usize>,
+    /// Labels dropped because an image had more than `max_labels`.
+    pub truncated_labels: usize,
+}
+
+pub struct Loader {
+    dataset: Arc<Dataset>,
+    cfg: LoaderConfig,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+impl Loader {
+    pub fn new(dataset: Arc<Dataset>, cfg: LoaderConfig) -> Self {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.workers.max(1))
+            .thread_name(|i| format!("loader-{i}"))
+            .build()
+            .expect("a thread pool");
+        Self { dataset, cfg, pool: Arc::new(pool) }
+    }
+
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    pub fn config(&self) -> &LoaderConfig {
+        &self.cfg
+    }
+
+    /// Dataset indices of this rank for `epoch`, in order.
+    fn order(&self, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.dataset.len()).collect();
+        if self.cfg.shuffle {
+            order.shuffle(&mut StdRng::seed_from_u64(mix(self.cfg.seed, epoch, u64::MAX)));
+        }
+        let (rank, world) = self.cfg.shard;
+        if world > 1 {
+            // Every rank takes the same number of samples (padding by wrapping, like PyTorch's
+            // DistributedSampler), then its stride.
+            let per_rank = order.len().div_ceil(world);
+            let total = per_rank * world;
+            let padded: Vec<usize> = (0..total).map(|i| order[i % order.len()]).collect();
+            order = padded.into_iter().skip(rank).step_by(world).collect();
+        }
+        order
+    }
+
+    pub fn batches_per_epoch(&self) -> usize {
+        let n = self.order(0).len();
+        if self.cfg.drop_last && n >= self.cfg.batch { n / self.cfg.batch } else { n.div_ceil(self.cfg.batch) }
+    }
+
+    /// The batches of `epoch`, produced in the background.
+    pub fn epoch(&self, epoch: u64) -> Receiver<Batch> {
+        let (tx, rx) = sync_channel(self.cfg.prefetch.max(1));
+        let order = self.order(epoch);
+        let batches = self.batches_per_epoch();
+        let (dataset, cfg, pool) = (self.dataset.clone(), self.cfg.clone(), self.pool.clone());
+        std::thread::Builder::new()
+            .name("loader".into())
+            .spawn(move || {
+                for b in 0..batches {
+                    let positions: Vec<usize> = (b * cfg.batch..((b + 1) * cfg.batch).min(order.len())).collect();
+                    let batch = pool.install(|| make_batch(&dataset, &cfg, epoch, &positions, &order));
+                    if tx.send(batch).is_err() {
+                        return; // the consumer stopped
+                    }
+                }
+            })
+            .expect("spawn the loader thread");
+        rx
+    }
+}
+
+fn make_batch(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, positions: &[usize], order: &[usize]) -> Batch {
+    let (h, w) = (cfg.height, cfg.width);
+    let samples: Vec<Sample> = positions
+        .par_iter()
+        .map(|&pos| {
+            let index = order[pos];
+            match &cfg.augment {
+                Some(aug) => {
+                    let mut rng = StdRng::seed_from_u64(mix(cfg.seed, epoch, pos as u64));
+                    sample::train_sample(ds, index, aug, (h, w), &mut rng)
+                }
+                None => sample::val_sample(ds, index, (h, w)).0,
+            }
+        })
+        .collect();
+    assemble(&samples, h, w, cfg.max_labels)
+}
+
+/// HWC samples into one CHW batch plus padded targets.
+pub fn assemble(samples: &[Sample], height: u32, width: u32, max_labels: usize) -> Batch {
+    let plane = (height * width) as usize;
+    let mut images = vec![0u8; samples.len() * 3 * plane];
+    images.par_chunks_mut(3 * plane).zip(samples.par_iter()).for_each(|(dst, s)| {
+        for (p, px) in s.image.as_raw().chunks_exact(3).enumerate() {
+            dst[p] = px[0];
+            dst[plane + p] = px[1];
+            dst[2 * plane + p] = px[2];
+        }
+    });
+    let mut targets = vec![0f32; samples.len() * max_labels * 5];
+    let mut truncated = 0;
+    for (i, s) in samples.iter().enumerate() {
+        let rows = &mut targets[i * max_labels * 5..(i + 1) * max_labels * 5];
+        for (m, row) in rows.chunks_exact_mut(5).enumerate() {
+            match s.targets.get(m) {
+                Some(t) => row.copy_from_slice(t),
+                None => row[0] = -1.0,
+            }
+        }
+        truncated += s.targets.len().saturating_sub(max_labels);
+    }
+    Batch {
+        images,
+        targets,
+        size: samples.len(),
+        height,
+        width,
+        max_labels,
+        indices: samples.iter().map(|s| s.index).collect(),
+        truncated_labels: truncated,
+    }
+}
+
+/// A well-mixed 64-bit seed from three values (SplitMix64 finaliser).
+pub fn mix(seed: u64, epoch: u64, position: u64) -> u64 {
+    let mut z = seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ position.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,26 @@
+//! The `data.yolo` stage: YOLO-format datasets read, augmented as LibreYOLO's YOLOv9 pipeline
+//! does, and batched on a pool of worker threads ahead of the training step.
+//!
+//! ```text
+//! dataset.yaml -> config -> images + labels (source, labels) -> decode + pre-resize (image)
+//!   -> [mosaic -> random affine] -> HSV -> flips -> letterbox  (augment, sample)
+//!   -> batch: u8 images (B, 3, H, W) + f32 targets (B, max_labels, 5)  (loader)
+//! ```
+
+pub mod augment;
+pub mod cache;
+pub mod config;
+pub mod dataset;
+pub mod image;
+pub mod labels;
+pub mod loader;
+pub mod preview;
+pub mod sample;
+
+pub use config::DatasetConfig;
+pub use dataset::Dataset;
+pub use loader::{Batch, Loader, LoaderConfig};
+pub use sample::Augment;
+
+/// Grey used by LibreYOLO for padding and empty canvas (114, 114, 114).
+pub const FILL: u8 = 114;

@@ -1,0 +1,120 @@
+//! One training sample as LibreYOLO's YOLOv9 pipeline makes it (`YOLO9MosaicMixupDataset` +
+//! `YOLO9TrainTransform`):
+//!
+//! 1. with `mosaic_prob`, a mosaic of the image and three partners (preferring annotated
+//!    ones), warped by a random affine to (H, W); boxes of 2 px or less dropped;
+//!    otherwise the pre-resized image;
+//! 2. HSV jitter, horizontal and vertical flips, letterbox to (H, W);
+//! 3. boxes of 1 px or less dropped; if none is left, the un-augmented image is used instead;
+//! 4. targets `[cls, x1, y1, x2, y2]` normalised to [0, 1].
+
+use image::RgbImage;
+use rand::Rng;
+
+use super::augment::{Boxes, affine, flip, hsv, letterbox, mosaic};
+use super::dataset::Dataset;
+
+/// Augmentation settings (the manifest's `[augment]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Augment {
+    pub mosaic_prob: f64,
+    pub degrees: f64,
+    pub translate: f64,
+    pub scale: [f64; 2],
+    pub shear: f64,
+    pub hsv_prob: f64,
+    pub flip_prob: f64,
+    pub flipud: f64,
+}
+
+impl Augment {
+    /// The same settings with mosaic closed (the last `no_aug_epochs`).
+    pub fn without_mosaic(self) -> Self {
+        Self { mosaic_prob: 0.0, ..self }
+    }
+}
+
+/// A sample at the training size: the image (H, W) and its normalised targets.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub image: RgbImage,
+    /// `[cls, x1, y1, x2, y2]`, normalised.
+    pub targets: Vec<[f32; 5]>,
+    pub index: usize,
+}
+
+/// Up to 20 draws for a partner with labels; the last draw otherwise.
+fn partner(ds: &Dataset, rng: &mut impl Rng) -> usize {
+    let mut index = 0;
+    for _ in 0..20 {
+        index = rng.random_range(0..ds.len());
+        if ds.has_labels(index) {
+            break;
+        }
+    }
+    index
+}
+
+pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): (u32, u32), rng: &mut impl Rng) -> Sample {
+    let (image, boxes) = if aug.mosaic_prob > 0.0 && rng.random::<f64>() < aug.mosaic_prob {
+        let indices = [index, partner(ds, rng), partner(ds, rng), partner(ds, rng)];
+        let tiles = indices.map(|i| {
+            let (img, boxes) = ds.load(i);
+            (RgbImage::clone(&img), boxes)
+        });
+        let (canvas, boxes) = mosaic::build(tiles, height, width, rng);
+        let params = affine::AffineParams { degrees: aug.degrees, translate: aug.translate, scale: aug.scale, shear: aug.shear };
+        let m = affine::random_matrix(&params, width, height, rng);
+        let mut boxes = boxes;
+        let image = affine::warp(&canvas, &mut boxes, m, width, height);
+        boxes.keep_larger_than(2.0);
+        (image, boxes)
+    } else {
+        let (img, boxes) = ds.load(index);
+        (RgbImage::clone(&img), boxes)
+    };
+    finish(image, boxes, aug, (height, width), index, rng)
+}
+
+/// HSV, flips, letterbox, tiny-box filter with fallback, normalisation.
+fn finish(mut image: RgbImage, mut boxes: Boxes, aug: &Augment, (height, width): (u32, u32), index: usize, rng: &mut impl Rng) -> Sample {
+    let original = (!boxes.is_empty()).then(|| (image.clone(), boxes.clone()));
+    if rng.random::<f64>() < aug.hsv_prob {
+        hsv::jitter(&mut image, rng);
+    }
+    if rng.random::<f64>() < aug.flip_prob {
+        flip::horizontal(&mut image, &mut boxes);
+    }
+    if rng.random::<f64>() < aug.flipud {
+        flip::vertical(&mut image, &mut boxes);
+    }
+    let (mut out, _) = letterbox::apply(&image, &mut boxes, height, width);
+    boxes.keep_larger_than(1.0);
+    if boxes.is_empty()
+        && let Some((img, mut b)) = original
+    {
+        out = letterbox::apply(&img, &mut b, height, width).0;
+        boxes = b;
+    }
+    Sample { image: out, targets: normalise(&boxes, height, width), index }
+}
+
+/// A validation sample: letterbox only. Returns the sample and the letterbox ratio against the
+/// pre-resized image (boxes map back through `letterbox::unapply`).
+pub fn val_sample(ds: &Dataset, index: usize, (height, width): (u32, u32)) -> (Sample, f32) {
+    let (img, mut boxes) = ds.load(index);
+    let (out, r) = letterbox::apply(&img, &mut boxes, height, width);
+    (Sample { image: out, targets: normalise(&boxes, height, width), index }, r)
+}
+
+fn normalise(boxes: &Boxes, height: u32, width: u32) -> Vec<[f32; 5]> {
+    let (w, h) = (width as f32, height as f32);
+    boxes
+        .xyxy
+        .iter()
+        .zip(&boxes.cls)
+        .map(|(b, c)| {
+            [*c as f32, (b[0] / w).clamp(0.0, 1.0), (b[1] / h).clamp(0.0, 1.0), (b[2] / w).clamp(0.0, 1.0), (b[3] / h).clamp(0.0, 1.0)]
+        })
+        .collect()
+}
