@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod cli;
 pub mod dag;
+pub mod data;
 pub mod device;
 pub mod kernel_cache;
 pub mod manifest;

@@ -2,4 +2,8 @@
 
 pub mod catalog;
 pub mod data;
+pub mod ema;
 pub mod loss;
+pub mod optim;
+pub mod schedule;
+pub mod val;

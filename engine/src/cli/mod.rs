@@ -1,6 +1,7 @@
 //! The `libreyolo-run` command line.
 
 mod bench;
+mod data;
 mod doctor;
 mod dry_run;
 mod parity;
@@ -34,6 +35,8 @@ enum Command {
     Parity(parity::ParityArgs),
     /// Time the network or the loss on a device (warm-up reported apart).
     Bench(bench::BenchArgs),
+    /// Preview augmented batches or time the data loader.
+    Data(data::DataArgs),
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +61,7 @@ pub fn main() -> ExitCode {
         Some(Command::Doctor(args)) => doctor::run(&args),
         Some(Command::Parity(args)) => parity::run(&args),
         Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Data(args)) => data::run(&args),
         Some(Command::Train(args)) => train(&args),
         None => train(&cli.train),
     };

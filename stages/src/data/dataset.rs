@@ -133,9 +133,9 @@ impl Dataset {
 
     /// Labels of image `i` in pixels of a `width` x `height` rendering of it.
     pub fn boxes(&self, i: usize, width: u32, height: u32) -> Boxes {
-        let (w, h) = (width as f32, height as f32);
+        let (w, h) = (width as f64, height as f64);
         Boxes {
-            xyxy: self.items[i].labels.iter().map(|l| [l.x1 * w, l.y1 * h, l.x2 * w, l.y2 * h]).collect(),
+            xyxy: self.items[i].labels.iter().map(|l| [(l.x1 * w) as f32, (l.y1 * h) as f32, (l.x2 * w) as f32, (l.y2 * h) as f32]).collect(),
             cls: self.items[i].labels.iter().map(|l| l.cls).collect(),
         }
     }

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Label {
     pub cls: u32,
-    pub x1: f32,
-    pub y1: f32,
-    pub x2: f32,
-    pub y2: f32,
+    pub x1: f64,
+    pub y1: f64,
+    pub x2: f64,
+    pub y2: f64,
 }
 
 /// A skipped row.
@@ -30,7 +30,7 @@ impl std::fmt::Display for RowWarning {
 
 /// How far outside [0, 1] a coordinate may be before the row is rejected (rounding in
 /// exported labels); accepted values are clipped.
-const TOLERANCE: f32 = 1e-3;
+const TOLERANCE: f64 = 1e-3;
 
 /// The label file of an image: the last `images` path component becomes `labels`, the
 /// extension `.txt` (`images/train/x.jpg` -> `labels/train/x.txt`).
@@ -76,9 +76,9 @@ fn parse_row(line: &str, nc: usize) -> Result<Label, String> {
     if cls as usize >= nc {
         return Err(format!("class {cls} is out of range (the dataset has {nc} classes)"));
     }
-    let values: Vec<f32> = tokens[1..]
+    let values: Vec<f64> = tokens[1..]
         .iter()
-        .map(|t| t.parse::<f32>().ok().filter(|v| v.is_finite()))
+        .map(|t| t.parse::<f64>().ok().filter(|v| v.is_finite()))
         .collect::<Option<_>>()
         .ok_or_else(|| format!("`{line}` has a value that is not a number"))?;
     if values.iter().any(|v| *v < -TOLERANCE || *v > 1.0 + TOLERANCE) {
@@ -92,13 +92,13 @@ fn parse_row(line: &str, nc: usize) -> Result<Label, String> {
         n if n >= 6 && n % 2 == 0 => {
             let xs = values.iter().step_by(2);
             let ys = values.iter().skip(1).step_by(2);
-            let (x1, x2) = xs.fold((f32::MAX, f32::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
-            let (y1, y2) = ys.fold((f32::MAX, f32::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            let (x1, x2) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+            let (y1, y2) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
             (x1, y1, x2, y2)
         }
         n => return Err(format!("expected `cls cx cy w h` or a polygon, got {n} values")),
     };
-    let clip = |v: f32| v.clamp(0.0, 1.0);
+    let clip = |v: f64| v.clamp(0.0, 1.0);
     let (x1, y1, x2, y2) = (clip(x1), clip(y1), clip(x2), clip(y2));
     if x2 <= x1 || y2 <= y1 {
         return Err(format!("`{line}` is an empty box"));

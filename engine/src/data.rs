@@ -1,0 +1,72 @@
+//! The manifest's dataset: opening its splits and building loaders with the manifest's
+//! augmentation, sizes and worker count.
+
+use std::sync::Arc;
+
+use libreyolo_stages::data::cache::CacheMode as StageCache;
+use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig};
+
+use crate::manifest::{CacheMode, Diagnostic, KeyPath, LoadedManifest, Part};
+
+/// Which split to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Train,
+    Val,
+}
+
+/// The dataset YAML of the manifest, with errors pointing at `data.dataset`.
+pub fn config(loaded: &LoadedManifest) -> Result<DatasetConfig, Diagnostic> {
+    DatasetConfig::load(&loaded.manifest.data.dataset)
+        .map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
+}
+
+/// Opens a split at the manifest's image size and cache mode.
+pub fn open(loaded: &LoadedManifest, cfg: &DatasetConfig, split: Split) -> Result<Arc<Dataset>, Diagnostic> {
+    let m = &loaded.manifest;
+    let (name, sources) = match split {
+        Split::Train => ("train", &cfg.train),
+        Split::Val => ("val", if cfg.val.is_empty() { &cfg.train } else { &cfg.val }),
+    };
+    let cache = match m.data.cache {
+        CacheMode::None => StageCache::None,
+        CacheMode::Ram => StageCache::Ram,
+        CacheMode::Disk => StageCache::Disk,
+    };
+    let target = (m.run.imgsz.height(), m.run.imgsz.width());
+    Dataset::open(name, sources, cfg.nc(), target, cache)
+        .map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
+}
+
+/// The manifest's augmentation settings.
+pub fn augment(loaded: &LoadedManifest) -> Augment {
+    let a = &loaded.manifest.augment;
+    Augment {
+        mosaic_prob: a.mosaic_prob,
+        degrees: a.degrees,
+        translate: a.translate,
+        scale: a.mosaic_scale,
+        shear: a.shear,
+        hsv_prob: a.hsv_prob,
+        flip_prob: a.flip_prob,
+        flipud: a.flipud,
+    }
+}
+
+/// A loader over `dataset` at the manifest's settings; `augment: None` for validation.
+pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, augment: Option<Augment>, shard: (usize, usize)) -> Loader {
+    let m = &loaded.manifest;
+    Loader::new(dataset, LoaderConfig {
+        batch,
+        height: m.run.imgsz.height(),
+        width: m.run.imgsz.width(),
+        workers: m.data.workers.max(1),
+        seed: m.run.seed,
+        max_labels: m.data.max_labels,
+        shuffle: augment.is_some(),
+        drop_last: augment.is_some(),
+        prefetch: 4,
+        augment,
+        shard,
+    })
+}

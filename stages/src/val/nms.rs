@@ -1,0 +1,101 @@
+//! From decoded predictions to final detections (LibreYOLO's YOLOv9 postprocess):
+//! every (anchor, class) with score above `conf` is a candidate (multi-label); the best
+//! `max_candidates` are kept; boxes are mapped back through the letterbox and clipped;
+//! class-aware NMS at `iou`; the best `max_det` remain.
+
+/// A detection in original-image pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Det {
+    pub xyxy: [f32; 4],
+    pub score: f32,
+    pub class: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct NmsConfig {
+    pub conf: f32,
+    pub iou: f32,
+    pub max_det: usize,
+    pub max_candidates: usize,
+}
+
+/// Detections of one image from its predictions `(4 + nc, A)` (row-major: `pred[row * a + i]`),
+/// boxes xyxy in letterboxed pixels; `ratio` maps them back to a `width` x `height` image.
+pub fn detect(pred: &[f32], nc: usize, a: usize, ratio: f32, width: u32, height: u32, cfg: &NmsConfig) -> Vec<Det> {
+    let mut candidates: Vec<(f32, usize, usize)> = vec![]; // (score, anchor, class)
+    for c in 0..nc {
+        let row = &pred[(4 + c) * a..(5 + c) * a];
+        for (i, &s) in row.iter().enumerate() {
+            if s > cfg.conf {
+                candidates.push((s, i, c));
+            }
+        }
+    }
+    candidates.sort_by(|x, y| y.0.total_cmp(&x.0));
+    candidates.truncate(cfg.max_candidates);
+    let (w, h) = (width as f32, height as f32);
+    let mut dets: Vec<Det> = candidates
+        .into_iter()
+        .map(|(score, i, class)| {
+            let b = [pred[i], pred[a + i], pred[2 * a + i], pred[3 * a + i]];
+            let xyxy = [(b[0] / ratio).clamp(0.0, w), (b[1] / ratio).clamp(0.0, h), (b[2] / ratio).clamp(0.0, w), (b[3] / ratio).clamp(0.0, h)];
+            Det { xyxy, score, class }
+        })
+        .filter(|d| d.xyxy[2] > d.xyxy[0] && d.xyxy[3] > d.xyxy[1])
+        .collect();
+    let mut kept = class_aware_nms(&mut dets, cfg.iou);
+    kept.truncate(cfg.max_det);
+    kept
+}
+
+/// Greedy NMS within each class; the result sorted by score, descending.
+pub fn class_aware_nms(dets: &mut [Det], iou: f32) -> Vec<Det> {
+    dets.sort_by(|x, y| y.score.total_cmp(&x.score));
+    let mut kept: Vec<Det> = vec![];
+    let mut by_class: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    for d in dets.iter() {
+        let same = by_class.entry(d.class).or_default();
+        if same.iter().all(|&k| box_iou(&kept[k].xyxy, &d.xyxy) <= iou) {
+            same.push(kept.len());
+            kept.push(*d);
+        }
+    }
+    kept
+}
+
+pub fn box_iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
+    let iw = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let ih = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = iw * ih;
+    let union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
+    if union > 0.0 { inter / union } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nms_is_per_class_and_keeps_the_best() {
+        let mut dets = vec![
+            Det { xyxy: [0.0, 0.0, 10.0, 10.0], score: 0.9, class: 0 },
+            Det { xyxy: [1.0, 1.0, 10.0, 10.0], score: 0.8, class: 0 },
+            Det { xyxy: [1.0, 1.0, 10.0, 10.0], score: 0.7, class: 1 },
+            Det { xyxy: [20.0, 20.0, 30.0, 30.0], score: 0.6, class: 0 },
+        ];
+        let kept = class_aware_nms(&mut dets, 0.65);
+        let scores: Vec<f32> = kept.iter().map(|d| d.score).collect();
+        assert_eq!(scores, vec![0.9, 0.7, 0.6]);
+    }
+
+    #[test]
+    fn candidates_are_multi_label_and_unletterboxed() {
+        // Two anchors, two classes: anchor 0 scores 0.5 and 0.4 (both kept: different classes).
+        let pred = [10.0, 50.0, 10.0, 50.0, 30.0, 70.0, 30.0, 70.0, 0.5, 0.0001, 0.4, 0.0002];
+        let cfg = NmsConfig { conf: 0.001, iou: 0.65, max_det: 300, max_candidates: 30000 };
+        let dets = detect(&pred, 2, 2, 0.5, 100, 100, &cfg);
+        assert_eq!(dets.len(), 2);
+        assert_eq!(dets[0].xyxy, [20.0, 20.0, 60.0, 60.0]);
+        assert_eq!((dets[0].class, dets[1].class), (0, 1));
+    }
+}

@@ -1,0 +1,210 @@
+//! The data stage on COCO128 and on a folder of broken files: loading, labels, background
+//! images, letterbox geometry, bad-file handling with warnings, determinism of the loader.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use libreyolo_stages::data::cache::CacheMode;
+use libreyolo_stages::data::labels::label_path;
+use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig, sample};
+
+fn coco128() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/coco128.yaml")
+}
+
+fn augment() -> Augment {
+    Augment { mosaic_prob: 1.0, degrees: 0.0, translate: 0.1, scale: [0.5, 1.5], shear: 0.0, hsv_prob: 1.0, flip_prob: 0.5, flipud: 0.0 }
+}
+
+fn loader(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32) -> Loader {
+    Loader::new(ds, LoaderConfig {
+        batch,
+        height: size,
+        width: size,
+        workers,
+        seed,
+        max_labels: 300,
+        shuffle: true,
+        drop_last: true,
+        prefetch: 2,
+        augment: Some(augment()),
+        shard: (0, 1),
+    })
+}
+
+/// Rows in the label files of COCO128, counted independently of the parser.
+fn label_rows(cfg: &DatasetConfig) -> usize {
+    let dir = cfg.root.join("labels/train2017");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().lines().filter(|l| !l.trim().is_empty()).count())
+        .sum()
+}
+
+#[test]
+fn coco128_loads_with_its_backgrounds_and_every_box() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    assert_eq!(cfg.nc(), 80);
+    assert_eq!(cfg.names[0], "person");
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (640, 640), CacheMode::None).unwrap();
+    assert_eq!(ds.len(), 128);
+    assert!(ds.report.row_warnings.is_empty() && ds.report.bad_images.is_empty());
+    assert_eq!(ds.num_boxes(), label_rows(&cfg));
+    for stem in ["000000000250", "000000000508"] {
+        let item = ds.items.iter().find(|i| i.image.file_stem().unwrap() == stem).unwrap();
+        assert!(item.labels.is_empty(), "{stem} is a background image");
+        assert!(!label_path(&item.image).exists());
+    }
+}
+
+#[test]
+fn background_images_yield_empty_targets() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (320, 320), CacheMode::None).unwrap();
+    let i = ds.items.iter().position(|i| i.image.file_stem().unwrap() == "000000000250").unwrap();
+    let (s, _) = sample::val_sample(&ds, i, (320, 320));
+    assert!(s.targets.is_empty());
+    let batch = libreyolo_stages::data::loader::assemble(&[s], 320, 320, 300);
+    assert!(batch.targets.chunks_exact(5).all(|r| r == [-1.0, 0.0, 0.0, 0.0, 0.0]));
+}
+
+#[test]
+fn letterboxed_boxes_map_back_to_the_original_pixels() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    // A rectangular size so that both the pre-resize and the letterbox scale.
+    let (h, w) = (384u32, 512u32);
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (h, w), CacheMode::None).unwrap();
+    let mut checked = 0;
+    for (i, item) in ds.items.iter().enumerate().take(20) {
+        let (s, r2) = sample::val_sample(&ds, i, (h, w));
+        let (ow, oh) = item.size;
+        let r1 = (h as f32 / oh as f32).min(w as f32 / ow as f32);
+        assert_eq!(s.targets.len(), item.labels.len());
+        for (t, l) in s.targets.iter().zip(&item.labels) {
+            let back = [t[1] * w as f32, t[2] * h as f32, t[3] * w as f32, t[4] * h as f32].map(|v| v / (r1 * r2));
+            let orig = [l.x1 * ow as f64, l.y1 * oh as f64, l.x2 * ow as f64, l.y2 * oh as f64].map(|v| v as f32);
+            for (a, b) in back.iter().zip(orig) {
+                assert!((a - b).abs() <= 1.0, "{}: {back:?} vs {orig:?}", item.image.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50);
+}
+
+#[test]
+fn the_loader_is_deterministic_whatever_the_worker_count() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (256, 256), CacheMode::Ram).unwrap();
+    let first = |workers: usize, seed: u64| {
+        let l = loader(ds.clone(), 4, workers, seed, 256);
+        let rx = l.epoch(3);
+        let a = rx.recv().unwrap();
+        let b = rx.recv().unwrap();
+        (a, b)
+    };
+    let (a1, b1) = first(1, 7);
+    let (a2, b2) = first(2, 7);
+    assert_eq!(a1.images, a2.images);
+    assert_eq!(a1.targets, a2.targets);
+    assert_eq!(b1.indices, b2.indices);
+    let (c, _) = first(2, 8);
+    assert_ne!(a1.images, c.images, "another seed gives other batches");
+    assert_eq!(a1.images.len(), 4 * 3 * 256 * 256);
+    assert_eq!(a1.targets.len(), 4 * 300 * 5);
+    assert!(a1.targets.chunks_exact(5).any(|r| r[0] >= 0.0), "mosaic batches carry boxes");
+    for r in a1.targets.chunks_exact(5).filter(|r| r[0] >= 0.0) {
+        assert!(r[1] >= 0.0 && r[3] <= 1.0 && r[1] < r[3] && r[2] < r[4], "{r:?}");
+    }
+    assert_eq!(l_batches(&ds), 32);
+}
+
+fn l_batches(ds: &Arc<Dataset>) -> usize {
+    loader(ds.clone(), 4, 1, 0, 256).batches_per_epoch()
+}
+
+/// A YOLO folder with broken files of every kind.
+fn broken_dataset() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("images/train")).unwrap();
+    std::fs::create_dir_all(root.join("labels/train")).unwrap();
+    let good = image::RgbImage::from_fn(64, 48, |x, y| image::Rgb([(x * 4) as u8, (y * 5) as u8, 90]));
+    for name in ["a", "b", "c"] {
+        good.save(root.join(format!("images/train/{name}.png"))).unwrap();
+    }
+    // A JPEG whose data is garbage after a valid header.
+    let mut jpeg = vec![];
+    image::codecs::jpeg::JpegEncoder::new(&mut jpeg).encode_image(&good).unwrap();
+    let half = jpeg.len() / 2;
+    for b in &mut jpeg[half..] {
+        *b = 0xAB;
+    }
+    std::fs::write(root.join("images/train/corrupt.jpg"), jpeg).unwrap();
+    // A truncated PNG.
+    let mut png = std::io::Cursor::new(vec![]);
+    good.write_to(&mut png, image::ImageFormat::Png).unwrap();
+    let png = png.into_inner();
+    std::fs::write(root.join("images/train/truncated.png"), &png[..png.len() / 3]).unwrap();
+    // Not an image at all.
+    std::fs::write(root.join("images/train/garbage.jpg"), b"this is not a jpeg").unwrap();
+    std::fs::write(root.join("labels/train/a.txt"), "0 0.5 0.5 0.4 0.4\n").unwrap();
+    std::fs::write(root.join("labels/train/b.txt"), "1 0.5 0.5 0.2 0.2\nnot a row\n").unwrap();
+    std::fs::write(root.join("labels/train/c.txt"), "0 0.5 0.5 0.3 0.3\n1 1.7 0.5 0.2 0.2\n").unwrap();
+    std::fs::write(root.join("labels/train/corrupt.txt"), "0 0.5 0.5 0.2 0.2\n").unwrap();
+    std::fs::write(root.join("data.yaml"), "path: .\ntrain: images/train\nval: images/train\nnames: [cat, dog]\n").unwrap();
+    let yaml = root.join("data.yaml");
+    (dir, yaml)
+}
+
+#[test]
+fn broken_files_are_skipped_with_warnings() {
+    let (_dir, yaml) = broken_dataset();
+    let cfg = DatasetConfig::load(&yaml).unwrap();
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (64, 64), CacheMode::None).unwrap();
+    // The file that is not an image fails its header and is skipped at once.
+    let bad: Vec<String> = ds.report.bad_images.iter().map(|(p, _)| file_name(p)).collect();
+    assert!(bad.contains(&"garbage.jpg".to_string()), "{bad:?}");
+    // Bad rows: one malformed, one out of range, each named by file and line.
+    let rows: Vec<(String, usize)> = ds.report.row_warnings.iter().map(|w| (file_name(&w.file), w.line)).collect();
+    assert_eq!(rows, vec![("b.txt".to_string(), 2), ("c.txt".to_string(), 2)]);
+    assert_eq!(ds.num_boxes(), 4, "a, b, c and corrupt keep their good rows");
+    // The corrupt JPEG and truncated PNG fail to decode: every batch still comes, and the
+    // failures are counted.
+    let l = loader(ds.clone(), 2, 2, 0, 64);
+    for epoch in 0..3 {
+        let rx = l.epoch(epoch);
+        let batches: Vec<_> = rx.iter().collect();
+        assert_eq!(batches.len(), l.batches_per_epoch());
+    }
+    assert!(ds.failed_decodes.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+}
+
+#[test]
+fn an_empty_split_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("images/train")).unwrap();
+    let err = Dataset::open("train", &[dir.path().join("images/train")], 2, (64, 64), CacheMode::None).err().unwrap();
+    assert!(err.to_string().contains("the train split has no images"), "{err}");
+    let err = Dataset::open("val", &[dir.path().join("nope")], 2, (64, 64), CacheMode::None).err().unwrap();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
+
+#[test]
+fn dataset_yaml_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("d.yaml");
+    std::fs::write(&yaml, "train: images\nnc: 3\nnames: [a, b]\n").unwrap();
+    let err = DatasetConfig::load(&yaml).unwrap_err().to_string();
+    assert!(err.contains("`nc: 3` but `names` lists 2 classes"), "{err}");
+    std::fs::write(&yaml, "train: [images\n").unwrap();
+    let err = DatasetConfig::load(&yaml).unwrap_err().to_string();
+    assert!(err.contains("not valid YAML"), "{err}");
+    std::fs::write(&yaml, "names: {0: a, 1: b}\n").unwrap();
+    let err = DatasetConfig::load(&yaml).unwrap_err().to_string();
+    assert!(err.contains("`train` is missing"), "{err}");
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
