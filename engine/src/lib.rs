@@ -13,3 +13,4 @@ pub mod kernel_cache;
 pub mod manifest;
 pub mod network;
 pub mod parity;
+pub mod train;

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use burn::tensor::{Gradients, Tensor};
+use burn::tensor::{FloatDType, Gradients, Tensor};
 
 use crate::params::{ParamId, ParamStore, Value};
 
@@ -31,7 +31,10 @@ pub struct BatchStats {
 
 /// Forward context.
 pub struct Ctx {
+    /// What the forward reads (in the compute dtype).
     live: Vec<Live>,
+    /// The autodiff leaves (f32 master weights) whose gradients the optimizer uses.
+    leaves: Vec<Live>,
     training: bool,
     batch_stats: RefCell<Vec<BatchStats>>,
 }
@@ -39,20 +42,37 @@ pub struct Ctx {
 impl Ctx {
     /// Eval mode: the stored tensors, BatchNorm on running statistics.
     pub fn eval(store: &ParamStore) -> Self {
-        Self::new(store, false)
+        Self::new(store, false, None)
+    }
+
+    /// Eval mode computing in `dtype`.
+    pub fn eval_in(store: &ParamStore, dtype: FloatDType) -> Self {
+        Self::new(store, false, Some(dtype))
     }
 
     /// Training mode: trainable tensors become autodiff leaves that keep their gradient;
     /// BatchNorm normalises with batch statistics.
     pub fn train(store: &ParamStore) -> Self {
-        Self::new(store, true)
+        Self::new(store, true, None)
     }
 
-    fn new(store: &ParamStore, training: bool) -> Self {
+    /// Training with mixed precision: the leaves stay in the store's dtype (f32 master
+    /// weights) and the forward reads them cast to `dtype`; gradients come back in f32.
+    pub fn train_in(store: &ParamStore, dtype: FloatDType) -> Self {
+        Self::new(store, true, Some(dtype))
+    }
+
+    fn new(store: &ParamStore, training: bool, dtype: Option<FloatDType>) -> Self {
         fn leaf<const D: usize>(t: &Tensor<D>, track: bool) -> Tensor<D> {
             if track { t.clone().autodiff().require_grad() } else { t.clone() }
         }
-        let live = store
+        fn cast<const D: usize>(t: Tensor<D>, dtype: Option<FloatDType>) -> Tensor<D> {
+            match dtype {
+                Some(d) => t.cast(d),
+                None => t,
+            }
+        }
+        let leaves: Vec<Live> = store
             .entries()
             .iter()
             .map(|e| {
@@ -64,7 +84,15 @@ impl Ctx {
                 }
             })
             .collect();
-        Self { live, training, batch_stats: RefCell::new(vec![]) }
+        let live = leaves
+            .iter()
+            .map(|l| match l {
+                Live::Rank4(t) => Live::Rank4(cast(t.clone(), dtype)),
+                Live::Rank1(t) => Live::Rank1(cast(t.clone(), dtype)),
+                Live::None => Live::None,
+            })
+            .collect();
+        Self { live, leaves, training, batch_stats: RefCell::new(vec![]) }
     }
 
     pub fn training(&self) -> bool {
@@ -96,7 +124,7 @@ impl Ctx {
 
     /// The gradient of every trainable parameter that took part in the loss, flattened.
     pub fn gradients(&self, grads: &Gradients) -> Vec<(ParamId, Tensor<1>)> {
-        self.live
+        self.leaves
             .iter()
             .enumerate()
             .filter_map(|(i, l)| {
@@ -122,6 +150,7 @@ impl ParamStore {
         for s in stats {
             for (id, batch) in [(s.running_mean, s.mean), (s.running_var, s.var_unbiased)] {
                 if let Value::Rank1(t) = &mut self.entry_mut(id).value {
+                    let batch = batch.cast(FloatDType::from(t.dtype()));
                     t.inplace(|r| r.mul_scalar(1.0 - momentum).add(batch.mul_scalar(momentum)));
                 }
             }

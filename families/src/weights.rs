@@ -38,15 +38,22 @@ pub struct LoadReport {
 /// Loads every tensor of `store` from `path`. With `partial`, keys missing from the file keep
 /// their current values (an overlay); unexpected and mis-shaped keys are errors either way.
 pub fn load_safetensors(store: &mut ParamStore, path: &Path, partial: bool) -> Result<LoadReport, WeightsError> {
+    load_prefixed(store, path, "", partial)
+}
+
+/// Like `load_safetensors`, for keys stored as `prefix + name` (checkpoints keep several
+/// copies: `model.`, `train_model.`); keys without the prefix are ignored.
+pub fn load_prefixed(store: &mut ParamStore, path: &Path, prefix: &str, partial: bool) -> Result<LoadReport, WeightsError> {
     let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
     let file = SafeTensors::deserialize(&bytes)
         .map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
     let has_aux = store.entries().iter().any(|e| AUX_PREFIXES.iter().any(|p| e.name.starts_with(p)));
+    let key = |name: &str| format!("{prefix}{name}");
 
     let mut missing = vec![];
     let mut mismatched = vec![];
     for entry in store.entries() {
-        match file.tensor(&entry.name) {
+        match file.tensor(&key(&entry.name)) {
             Ok(view) if view.shape() != entry.value.shape().as_slice() => {
                 mismatched.push(format!("{}: network {:?}, file {:?}", entry.name, entry.value.shape(), view.shape()));
             }
@@ -58,6 +65,7 @@ pub fn load_safetensors(store: &mut ParamStore, path: &Path, partial: bool) -> R
     let mut skipped_aux = 0;
     let mut unexpected = vec![];
     for name in file.names() {
+        let Some(name) = name.strip_prefix(prefix) else { continue };
         if store.find(name).is_none() {
             if !has_aux && AUX_PREFIXES.iter().any(|p| name.starts_with(p)) {
                 skipped_aux += 1;
@@ -87,7 +95,7 @@ pub fn load_safetensors(store: &mut ParamStore, path: &Path, partial: bool) -> R
     let format_err = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
     for i in 0..store.len() {
         let entry = store.entry_mut(crate::params::ParamId(i));
-        let Ok(view) = file.tensor(&entry.name) else { continue };
+        let Ok(view) = file.tensor(&key(&entry.name)) else { continue };
         entry.value = match &entry.value {
             Value::Rank4(t) => {
                 let data = TensorData::new(floats(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, view.shape().to_vec());
@@ -124,25 +132,66 @@ fn integer(view: &TensorView) -> Result<i64, String> {
     }
 }
 
+/// A tensor ready to be written: name, dtype, shape, little-endian bytes.
+pub type Owned = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// Every tensor of `store` as `prefix + name` (floats as f32, counts as int64 scalars).
+pub fn owned(store: &ParamStore, prefix: &str) -> Vec<Owned> {
+    store
+        .entries()
+        .iter()
+        .map(|e| {
+            let (dtype, bytes) = match &e.value {
+                Value::Rank4(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
+                Value::Rank1(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
+                Value::Count(n) => (Dtype::I64, n.to_le_bytes().to_vec()),
+            };
+            (format!("{prefix}{}", e.name), dtype, e.value.shape(), bytes)
+        })
+        .collect()
+}
+
+/// An f32 vector tensor as an owned entry.
+pub fn owned_vector(name: String, t: &Tensor<1>) -> Owned {
+    (name, Dtype::F32, t.dims().to_vec(), f32_bytes(t.clone().into_data()))
+}
+
 /// Writes every tensor of `store` to `path` (f32, counts as int64 scalars), atomically.
 pub fn save_safetensors(store: &ParamStore, path: &Path) -> std::io::Result<()> {
-    let mut owned: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::with_capacity(store.len());
-    for e in store.entries() {
-        let (dtype, bytes) = match &e.value {
-            Value::Rank4(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
-            Value::Rank1(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
-            Value::Count(n) => (Dtype::I64, n.to_le_bytes().to_vec()),
-        };
-        owned.push((e.name.clone(), dtype, e.value.shape(), bytes));
-    }
-    let views = owned
+    write(path, owned(store, ""), None)
+}
+
+/// Writes `tensors` and string `metadata` as one safetensors file, atomically.
+pub fn write(path: &Path, tensors: Vec<Owned>, metadata: Option<std::collections::HashMap<String, String>>) -> std::io::Result<()> {
+    let views = tensors
         .iter()
         .map(|(name, dtype, shape, bytes)| {
             TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.as_str(), v)).map_err(std::io::Error::other)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let buffer = safetensors::serialize(views, None).map_err(std::io::Error::other)?;
+    let buffer = safetensors::serialize(views, metadata).map_err(std::io::Error::other)?;
     write_atomically(path, &buffer)
+}
+
+/// The string metadata of a safetensors file.
+pub fn read_metadata(path: &Path) -> Result<std::collections::HashMap<String, String>, WeightsError> {
+    let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
+    Ok(meta.metadata().clone().unwrap_or_default())
+}
+
+/// The f32 vectors stored under `prefix` (optimizer state), by name without the prefix.
+pub fn read_vectors(path: &Path, prefix: &str, device: &burn::tensor::Device) -> Result<Vec<(String, Tensor<1>)>, WeightsError> {
+    let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
+    let mut out = vec![];
+    for (name, view) in file.tensors() {
+        let Some(rest) = name.strip_prefix(prefix) else { continue };
+        let values = floats(&view).map_err(|message| WeightsError::Format { path: path.to_path_buf(), message })?;
+        let n = values.len();
+        out.push((rest.to_string(), Tensor::from_data(TensorData::new(values, [n]), device)));
+    }
+    Ok(out)
 }
 
 fn f32_bytes(data: TensorData) -> Vec<u8> {

@@ -110,10 +110,29 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc));
         return Ok(());
     }
-    Err(Failure::Run(anyhow::anyhow!(
-        "training is not implemented yet in this build (the executor is issue #7); \
-         `--dry-run` shows the plan this manifest would run"
-    )))
+    if loaded.manifest.capture.enabled {
+        tracing::warn!("cuda_graph=true ignored (CUDA-graph capture of the training step is not implemented yet); training runs eager");
+    }
+    if device.ids.len() > 1 {
+        tracing::warn!("device={} asks for {} GPUs; multi-GPU training is not implemented yet, training on cuda:{}", loaded.manifest.run.device, device.ids.len(), device.ids[0]);
+    }
+    let summary = crate::train::train(&loaded, &dag, &device)?;
+    match &summary.last {
+        Some(r) => println!(
+            "done: {} epoch(s) in {}; last epoch box {:.4} dfl {:.4} cls {:.4}{}",
+            summary.epochs_run,
+            summary.run_dir.display(),
+            r.box_loss,
+            r.dfl_loss,
+            r.cls_loss,
+            summary.best_fitness.map(|b| format!("; best mAP50-95 {b:.4}")).unwrap_or_default()
+        ),
+        None => println!("no epoch completed; run directory {}", summary.run_dir.display()),
+    }
+    if summary.interrupted {
+        println!("interrupted: continue with `resume=true exist_ok=true name=<this run>`");
+    }
+    Ok(())
 }
 
 fn init_logging() {

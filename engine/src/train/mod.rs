@@ -1,0 +1,342 @@
+//! The training engine: runs the manifest's step DAG over the dataset, epoch after epoch,
+//! with validation on the EMA weights, checkpoints, logs, plots and resume.
+
+pub mod checkpoint;
+pub mod plots;
+pub mod precision;
+pub mod progress;
+pub mod run_dir;
+pub mod step;
+pub mod validate;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::Context;
+use burn::tensor::{Device, Tensor};
+use libreyolo_families::{Network, ParamId, ParamStore};
+use libreyolo_stages::ema::Ema;
+use libreyolo_stages::loss::Yolo9Loss;
+use libreyolo_stages::loss::assigner::AssignerConfig;
+use libreyolo_stages::optim::{AdamW, Optimizer, Sgd};
+use libreyolo_stages::schedule::{self, Schedule};
+use libreyolo_stages::val::nms::NmsConfig;
+
+use crate::dag::StepDag;
+use crate::data::{self, Split};
+use crate::device::ResolvedDevice;
+use crate::manifest::{LoadedManifest, Optimizer as OptimizerKind, Scheduler};
+use checkpoint::TrainState;
+use precision::{LossScale, Precision};
+use run_dir::{EpochRecord, RunDir};
+
+/// The network and its parameters.
+pub struct Model {
+    pub network: Network,
+    pub params: ParamStore,
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    pub run_dir: std::path::PathBuf,
+    pub epochs_run: usize,
+    pub last: Option<EpochRecord>,
+    pub best_fitness: Option<f64>,
+    pub interrupted: bool,
+}
+
+pub struct Trainer<'a> {
+    loaded: &'a LoadedManifest,
+    dag: &'a StepDag,
+    device: Device,
+    model: Model,
+    optim: Box<dyn Optimizer>,
+    ema: Option<Ema>,
+    schedule: Schedule,
+    loss: Yolo9Loss,
+    aux_weight: f64,
+    with_aux: bool,
+    precision: Precision,
+    /// Optimizer steps taken.
+    iteration: usize,
+    /// Micro-batches per optimizer step (`round(nbs / batch)`).
+    accumulate: usize,
+    grad_accumulator: Vec<(ParamId, Tensor<1>)>,
+}
+
+/// Set by Ctrl-C: the run saves `last` after the current step and stops.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Python's `round` (half to even), as LibreYOLO's accumulation count uses.
+fn round_half_even(x: f64) -> usize {
+    let r = x.round();
+    (if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - x.signum() } else { r }) as usize
+}
+
+/// Trains `loaded` on `resolved` (the first device).
+pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> anyhow::Result<TrainSummary> {
+    let m = &loaded.manifest;
+    crate::kernel_cache::configure();
+    let _ = ctrlc::set_handler(|| {
+        if STOP.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupt: finishing this step, saving weights/last, then stopping (Ctrl-C again to abort)");
+    });
+    let device = resolved.devices().remove(0);
+    let precision = Precision::new(m, resolved.backend, &device)?;
+
+    let cfg = data::config(loaded).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
+    let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
+    if nc != cfg.nc() {
+        anyhow::bail!("model.nc = {nc} but the dataset `{}` has {} classes", cfg.yaml.display(), cfg.nc());
+    }
+    let with_aux = m.model.aux_weight > 0.0;
+    let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
+    if let Some(w) = &m.model.weights {
+        checkpoint::load_any(&mut params, w).with_context(|| format!("loading model.weights {}", w.display()))?;
+    }
+    params.to_device(&device);
+
+    let train_ds = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
+    let val_ds = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
+    let batch = m.run.batch.max(1) as usize;
+    let mut run = RunDir::create(&m.run.project, &m.run.name, m.run.exist_ok, m.run.resume)?;
+    run.write_manifest(&loaded.source.text)?;
+
+    let aug = data::augment(loaded);
+    let loader = data::loader(loaded, train_ds.clone(), batch, Some(aug), (0, 1));
+    let loader_no_mosaic = data::loader(loaded, train_ds.clone(), batch, Some(aug.without_mosaic()), (0, 1));
+    let val_loader = val_ds.map(|ds| data::loader(loaded, ds, batch, None, (0, 1)));
+    let accumulate = m.optim.nbs.map(|nbs| round_half_even(nbs as f64 / batch as f64).max(1)).unwrap_or(1);
+    let iters_per_epoch = loader.batches_per_epoch().div_ceil(accumulate).max(1);
+
+    let optim: Box<dyn Optimizer> = match m.optim.optimizer {
+        OptimizerKind::Sgd => Box::new(Sgd::new(m.optim.weight_decay, m.optim.nesterov)),
+        OptimizerKind::Adamw => Box::new(AdamW::new(m.optim.weight_decay)),
+    };
+    let schedule = Schedule {
+        kind: match m.schedule.scheduler {
+            Scheduler::Linear => schedule::Kind::Linear,
+            Scheduler::Cos => schedule::Kind::Cos,
+        },
+        lr0: m.optim.lr0,
+        momentum: m.optim.momentum,
+        warmup_epochs: m.schedule.warmup_epochs,
+        warmup_lr_start: m.schedule.warmup_lr_start,
+        warmup_momentum: m.schedule.warmup_momentum,
+        min_lr_ratio: m.schedule.min_lr_ratio,
+        epochs: m.run.epochs as usize,
+        iters_per_epoch,
+    };
+    let loss = Yolo9Loss {
+        nc,
+        reg_max: network.head().reg_max,
+        box_gain: m.loss.box_gain,
+        dfl_gain: m.loss.dfl_gain,
+        cls_gain: m.loss.cls_gain,
+        assigner: AssignerConfig { topk: m.loss.topk, alpha: m.loss.alpha, beta: m.loss.beta, reg_max: network.head().reg_max },
+    };
+    let ema = m.ema.enabled.then(|| Ema::new(&params, m.ema.decay, m.ema.tau));
+    let mut trainer = Trainer {
+        loaded,
+        dag,
+        device: device.clone(),
+        model: Model { network, params },
+        optim,
+        ema,
+        schedule,
+        loss,
+        aux_weight: m.model.aux_weight,
+        with_aux,
+        precision,
+        iteration: 0,
+        accumulate,
+        grad_accumulator: vec![],
+    };
+
+    let mut state = TrainState {
+        nc,
+        names: cfg.names.clone(),
+        imgsz: [m.run.imgsz.height(), m.run.imgsz.width()],
+        family: m.model.family.clone(),
+        size: m.model.size.clone(),
+        ..Default::default()
+    };
+    if m.run.resume {
+        state = trainer.resume(&run)?;
+        run.log(&format!("resumed at epoch {} (iteration {})", state.next_epoch, state.iteration));
+        eprintln!("resuming {} at epoch {}", run.path.display(), state.next_epoch + 1);
+    }
+
+    let nms_cfg = NmsConfig { conf: m.val.conf as f32, iou: m.val.iou as f32, max_det: m.val.max_det, max_candidates: m.val.max_candidates };
+    let epochs = m.run.epochs as usize;
+    let no_aug_start = epochs.saturating_sub(m.augment.no_aug_epochs as usize);
+    let header = format!(
+        "training {} ({} parameters) on {} for {epochs} epochs: {} images, batch {batch}{}, {} steps/epoch, {}",
+        m.model.size,
+        trainer.model.params.num_parameters(),
+        resolved.describe(),
+        train_ds.len(),
+        if accumulate > 1 { format!(" x {accumulate} accumulated") } else { String::new() },
+        loader.batches_per_epoch(),
+        trainer.precision.describe()
+    );
+    eprintln!("{header}\nrun directory: {}", run.path.display());
+    run.log(&header);
+
+    let mut last = None;
+    let mut interrupted = false;
+    let first_epoch = state.next_epoch;
+    for epoch in first_epoch..epochs {
+        let mosaic = epoch < no_aug_start;
+        let epoch_loader = if mosaic { &loader } else { &loader_no_mosaic };
+        let started = Instant::now();
+        let (losses, images, stopped) = trainer.run_epoch(epoch_loader, epoch, epochs)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let mut record = EpochRecord {
+            epoch,
+            box_loss: losses.box_loss,
+            dfl_loss: losses.dfl_loss,
+            cls_loss: losses.cls_loss,
+            lr: trainer.schedule.at(trainer.iteration).0,
+            images_per_s: images as f64 / seconds,
+            seconds,
+            map: None,
+        };
+        if stopped {
+            // Interrupted mid-epoch: keep what was learnt, but this epoch is not complete.
+            state.next_epoch = epoch;
+            trainer.save(&run.weights("last"), &state)?;
+            run.log(&format!("interrupted in epoch {}; weights/last saved", epoch + 1));
+            interrupted = true;
+            break;
+        }
+        let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1) % m.val.eval_interval as usize == 0 || epoch + 1 == epochs);
+        if validate_now && let Some(vl) = &val_loader {
+            let params = trainer.ema.as_ref().map(|e| &e.store).unwrap_or(&trainer.model.params);
+            let t = Instant::now();
+            let (stats, n) = validate::validate(&trainer.model.network, params, vl, &device, trainer.precision.compute, &nms_cfg)?;
+            eprintln!(
+                "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
+                stats[0].max(0.0),
+                stats[1].max(0.0),
+                n,
+                t.elapsed().as_secs_f64()
+            );
+            record.map = Some(stats);
+        }
+        state.next_epoch = epoch + 1;
+        state.iteration = trainer.iteration;
+        if let Some(stats) = record.map {
+            let fitness = stats[0].max(0.0);
+            if state.best_fitness.is_none_or(|b| fitness > b) {
+                state.best_fitness = Some(fitness);
+                state.best_epoch = Some(epoch);
+                trainer.save(&run.weights("last"), &state)?;
+                std::fs::copy(run.weights("last"), run.weights("best.tmp")).and_then(|_| std::fs::rename(run.weights("best.tmp"), run.weights("best")))?;
+            }
+        }
+        trainer.save(&run.weights("last"), &state)?;
+        if m.run.save_period > 0 && (epoch + 1) % m.run.save_period as usize == 0 {
+            std::fs::copy(run.weights("last"), run.weights(&format!("epoch_{}", epoch + 1)))?;
+        }
+        run.record(&record)?;
+        run.log(&format!(
+            "epoch {}/{epochs}: box {:.4} dfl {:.4} cls {:.4} lr {:.6} {:.1} img/s{}",
+            epoch + 1,
+            record.box_loss,
+            record.dfl_loss,
+            record.cls_loss,
+            record.lr,
+            record.images_per_s,
+            record.map.map(|s| format!(" mAP50-95 {:.4} mAP50 {:.4}", s[0], s[1])).unwrap_or_default()
+        ));
+        if let Err(e) = plots::draw(&run.path, &run.records()) {
+            tracing::warn!("could not draw the plots: {e:#}");
+        }
+        last = Some(record);
+        if STOP.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
+    }
+    Ok(TrainSummary { run_dir: run.path.clone(), epochs_run: state.next_epoch - first_epoch, last, best_fitness: state.best_fitness, interrupted })
+}
+
+impl Trainer<'_> {
+    /// One epoch; returns the mean losses, images seen and whether Ctrl-C stopped it.
+    fn run_epoch(&mut self, loader: &libreyolo_stages::data::Loader, epoch: usize, epochs: usize) -> anyhow::Result<(step::StepLosses, usize, bool)> {
+        let total = loader.batches_per_epoch();
+        let bar = progress::epoch_bar(epoch, epochs, total);
+        let (mut sum, mut n, mut images) = (step::StepLosses::default(), 0usize, 0usize);
+        let started = Instant::now();
+        for (i, batch) in loader.epoch(epoch as u64).iter().enumerate() {
+            let last_micro = (i + 1) % self.accumulate == 0 || i + 1 == total;
+            let values = self.run_step(&batch, last_micro)?;
+            if last_micro {
+                self.grad_accumulator.clear();
+            }
+            images += batch.size;
+            if let Some(loss) = &values.loss {
+                let l = step::read_losses(loss);
+                if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
+                    anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, i + 1, l.box_loss, l.dfl_loss, l.cls_loss);
+                }
+                sum.box_loss += l.box_loss;
+                sum.dfl_loss += l.dfl_loss;
+                sum.cls_loss += l.cls_loss;
+                n += 1;
+                let (lr, _) = self.schedule.at(self.iteration);
+                bar.set_message(format!(
+                    "box {:.3} dfl {:.3} cls {:.3} lr {:.5} {:.1} img/s{}",
+                    sum.box_loss / n as f64,
+                    sum.dfl_loss / n as f64,
+                    sum.cls_loss / n as f64,
+                    lr,
+                    images as f64 / started.elapsed().as_secs_f64(),
+                    progress::memory(&self.device)
+                ));
+            }
+            bar.inc(1);
+            if STOP.load(Ordering::SeqCst) {
+                bar.abandon();
+                return Ok((sum, images, true));
+            }
+        }
+        bar.finish();
+        let n = n.max(1) as f64;
+        Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, false))
+    }
+
+    fn save(&self, path: &std::path::Path, state: &TrainState) -> anyhow::Result<()> {
+        let mut state = state.clone();
+        state.iteration = self.iteration;
+        state.ema_updates = self.ema.as_ref().map(|e| e.updates).unwrap_or(0);
+        state.loss_scale = self.precision.scaler.map(|s| s.scale);
+        checkpoint::save(path, &self.model.params, self.ema.as_ref().map(|e| &e.store), self.optim.state(&self.model.params), &state)
+    }
+
+    fn resume(&mut self, run: &RunDir) -> anyhow::Result<TrainState> {
+        let path = run.weights("last");
+        let state = checkpoint::read_state(&path)?;
+        checkpoint::load_weights(&mut self.model.params, &path, "train_model.")?;
+        if let Some(ema) = self.ema.as_mut() {
+            checkpoint::load_weights(&mut ema.store, &path, "model.")?;
+            ema.updates = state.ema_updates;
+        }
+        let opt = checkpoint::load_optimizer(&path, &self.device)?;
+        self.optim.load_state(&self.model.params, opt);
+        self.iteration = state.iteration;
+        if let (Some(s), Some(scale)) = (self.precision.scaler.as_mut(), state.loss_scale) {
+            *s = LossScale::with_scale(scale);
+        }
+        Ok(state)
+    }
+}
+
+/// Keeps `Arc` in scope for the loader types.
+#[allow(dead_code)]
+type SharedDataset = Arc<libreyolo_stages::data::Dataset>;

@@ -1,0 +1,97 @@
+//! The run directory: `project/name` (or `name2`, `name3`, ... unless `exist_ok`), holding the
+//! resolved manifest, `results.csv`, `metrics.jsonl`, `train.log`, plots and `weights/`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+pub struct RunDir {
+    pub path: PathBuf,
+    log: File,
+}
+
+/// One epoch's figures (a row of `results.csv`, a line of `metrics.jsonl`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub box_loss: f64,
+    pub dfl_loss: f64,
+    pub cls_loss: f64,
+    pub lr: f64,
+    pub images_per_s: f64,
+    pub seconds: f64,
+    /// COCO stats when validated this epoch.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub map: Option<[f64; 12]>,
+}
+
+impl RunDir {
+    /// Creates (or, resuming / `exist_ok`, reuses) the run directory.
+    pub fn create(project: &Path, name: &str, exist_ok: bool, resume: bool) -> anyhow::Result<Self> {
+        let mut path = project.join(name);
+        if !exist_ok && !resume {
+            let mut n = 2;
+            while path.exists() {
+                path = project.join(format!("{name}{n}"));
+                n += 1;
+            }
+        }
+        if resume && !path.join("weights/last.safetensors").exists() {
+            anyhow::bail!("resume=true, but {} has no weights/last.safetensors to resume from", path.display());
+        }
+        std::fs::create_dir_all(path.join("weights")).with_context(|| format!("creating {}", path.display()))?;
+        let log = OpenOptions::new().create(true).append(true).open(path.join("train.log"))?;
+        Ok(Self { path, log })
+    }
+
+    pub fn weights(&self, name: &str) -> PathBuf {
+        self.path.join("weights").join(format!("{name}.safetensors"))
+    }
+
+    /// Appends a timestamped line to `train.log`.
+    pub fn log(&mut self, line: &str) {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let _ = writeln!(self.log, "[{t}] {line}");
+        let _ = self.log.flush();
+    }
+
+    pub fn write_manifest(&self, text: &str) -> anyhow::Result<()> {
+        std::fs::write(self.path.join("manifest.toml"), text).context("writing manifest.toml")
+    }
+
+    /// Appends an epoch to `results.csv` and `metrics.jsonl`.
+    pub fn record(&self, r: &EpochRecord) -> anyhow::Result<()> {
+        let csv = self.path.join("results.csv");
+        let new = !csv.exists();
+        let mut f = OpenOptions::new().create(true).append(true).open(&csv)?;
+        if new {
+            let mut header = "epoch,train/box_loss,train/dfl_loss,train/cls_loss,lr,images_per_s,seconds".to_string();
+            for name in libreyolo_stages::val::coco::STAT_NAMES {
+                header.push_str(&format!(",metrics/{name}"));
+            }
+            writeln!(f, "{header}")?;
+        }
+        let mut row = format!("{},{:.6},{:.6},{:.6},{:.8},{:.2},{:.2}", r.epoch, r.box_loss, r.dfl_loss, r.cls_loss, r.lr, r.images_per_s, r.seconds);
+        for v in r.map.unwrap_or([f64::NAN; 12]) {
+            if v.is_nan() { row.push(',') } else { row.push_str(&format!(",{v:.6}")) }
+        }
+        writeln!(f, "{row}")?;
+        f.sync_all()?;
+        let mut j = OpenOptions::new().create(true).append(true).open(self.path.join("metrics.jsonl"))?;
+        writeln!(j, "{}", serde_json::to_string(r)?)?;
+        j.sync_all()?;
+        Ok(())
+    }
+
+    /// Every epoch recorded so far (from `metrics.jsonl`).
+    pub fn records(&self) -> Vec<EpochRecord> {
+        std::fs::read_to_string(self.path.join("metrics.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}

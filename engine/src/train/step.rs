@@ -1,0 +1,171 @@
+//! One training step: the manifest's stages run in DAG order, each reading the values its
+//! inputs name and producing its outputs.
+
+use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
+use libreyolo_families::{Ctx, HeadMaps, ParamId};
+use libreyolo_stages::data::Batch;
+use libreyolo_stages::loss::LossTerms;
+
+use super::Trainer;
+
+/// Values flowing between the stages of one step.
+#[derive(Default)]
+pub struct StepValues {
+    pub images: Option<Tensor<4>>,
+    pub targets: Option<Tensor<3>>,
+    pub ctx: Option<Ctx>,
+    pub maps: Option<HeadMaps>,
+    pub loss: Option<LossTerms>,
+    pub grads: Option<Vec<(ParamId, Tensor<1>)>>,
+    /// The optimizer ran this step (not a gradient-accumulation micro-step or a skipped step).
+    pub stepped: bool,
+}
+
+/// Loss figures read back for logging (weighted terms, LibreYOLO's names).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepLosses {
+    pub box_loss: f64,
+    pub dfl_loss: f64,
+    pub cls_loss: f64,
+}
+
+/// One host-to-device copy of a batch; images become f32 in [0, 1] on the device.
+pub fn upload(batch: &Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
+    let (b, h, w) = (batch.size, batch.height as usize, batch.width as usize);
+    let images = Tensor::<4, Int>::from_data(TensorData::new(batch.images.clone(), [b, 3, h, w]), device).float().div_scalar(255.0);
+    let targets = Tensor::<3>::from_data(TensorData::new(batch.targets.clone(), [b, batch.max_labels, 5]), device);
+    (images, targets)
+}
+
+impl Trainer<'_> {
+    /// Runs the stages of one micro-batch. `last_micro` closes a gradient-accumulation window.
+    pub(super) fn run_step(&mut self, batch: &Batch, last_micro: bool) -> anyhow::Result<StepValues> {
+        let mut v = StepValues::default();
+        let order = self.dag.order.clone();
+        for i in order {
+            let kind = self.dag.stages[i].kind.name;
+            match kind {
+                "data.yolo" => {
+                    let (images, targets) = upload(batch, &self.device);
+                    v.images = Some(images);
+                    v.targets = Some(targets);
+                }
+                "network.forward" => {
+                    let images = v.images.take().ok_or_else(|| anyhow::anyhow!("network.forward ran before data"))?;
+                    let (cx, images) = match self.precision.compute {
+                        Some(d) => (Ctx::train_in(&self.model.params, d), images.cast(d)),
+                        None => (Ctx::train(&self.model.params), images),
+                    };
+                    let maps = self.model.network.forward(images, &cx, self.with_aux);
+                    // BatchNorm running statistics advance with every training forward.
+                    self.model.params.apply_batch_stats(cx.take_batch_stats(), libreyolo_families::blocks::batch_norm::MOMENTUM);
+                    v.maps = Some(maps);
+                    v.ctx = Some(cx);
+                }
+                "loss.yolo9" => {
+                    let maps = v.maps.take().ok_or_else(|| anyhow::anyhow!("loss ran before network.forward"))?;
+                    let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("loss ran before data"))?;
+                    let f32s = |m: Vec<Tensor<4>>| m.into_iter().map(|t| t.cast(FloatDType::F32)).collect::<Vec<_>>();
+                    let strides = self.model.network.head().strides.clone();
+                    let mut terms = self.loss.compute(&f32s(maps.main), &strides, targets.clone());
+                    if let Some(aux) = maps.aux {
+                        let a = self.loss.compute(&f32s(aux), &strides, targets);
+                        let w = self.aux_weight;
+                        terms.total = terms.total.add(a.total.mul_scalar(w));
+                        terms.box_loss = terms.box_loss.add(a.box_loss.mul_scalar(w));
+                        terms.dfl_loss = terms.dfl_loss.add(a.dfl_loss.mul_scalar(w));
+                        terms.cls_loss = terms.cls_loss.add(a.cls_loss.mul_scalar(w));
+                    }
+                    v.loss = Some(terms);
+                }
+                "network.backward" => {
+                    let loss = v.loss.as_ref().ok_or_else(|| anyhow::anyhow!("network.backward ran before the loss"))?;
+                    let mut total = loss.total.clone();
+                    if self.accumulate > 1 {
+                        total = total.div_scalar(self.accumulate as f64);
+                    }
+                    if let Some(s) = &self.precision.scaler {
+                        total = total.mul_scalar(s.scale);
+                    }
+                    let grads = total.backward();
+                    let cx = v.ctx.take().ok_or_else(|| anyhow::anyhow!("network.backward without a forward"))?;
+                    let mut grads = cx.gradients(&grads);
+                    self.accumulate_grads(&mut grads);
+                    v.grads = Some(grads);
+                }
+                "grad.clip" => {
+                    if let (Some(grads), true) = (v.grads.as_mut(), last_micro) {
+                        clip_global_norm(grads, self.loaded.manifest.optim.clip_max_norm);
+                    }
+                }
+                "optimizer" => {
+                    if !last_micro {
+                        continue;
+                    }
+                    let mut grads = v.grads.take().unwrap_or_default();
+                    if let Some(s) = self.precision.scaler.as_mut()
+                        && !s.unscale(&mut grads)
+                    {
+                        continue; // non-finite gradients: skip this step
+                    }
+                    let (lr, momentum) = self.schedule.at(self.iteration);
+                    self.optim.step(&mut self.model.params, grads, lr, momentum);
+                    v.stepped = true;
+                }
+                "ema" => {
+                    if v.stepped
+                        && let Some(ema) = self.ema.as_mut()
+                    {
+                        ema.update(&self.model.params);
+                    }
+                }
+                "schedule" => {
+                    if v.stepped {
+                        self.iteration += 1;
+                    }
+                }
+                other => anyhow::bail!("stage kind `{other}` has no implementation in the training executor yet"),
+            }
+        }
+        Ok(v)
+    }
+
+    /// Sums gradients over an accumulation window; on its last micro-batch `grads` holds the sum.
+    fn accumulate_grads(&mut self, grads: &mut Vec<(ParamId, Tensor<1>)>) {
+        if self.accumulate <= 1 {
+            return;
+        }
+        let acc = &mut self.grad_accumulator;
+        for (id, g) in grads.drain(..) {
+            match acc.iter_mut().find(|(p, _)| *p == id) {
+                Some((_, sum)) => *sum = sum.clone().add(g),
+                None => acc.push((id, g)),
+            }
+        }
+        *grads = acc.clone();
+    }
+}
+
+/// Scales all gradients so that their global L2 norm is at most `max_norm` (0: off), on the
+/// device (no read back).
+pub fn clip_global_norm(grads: &mut [(ParamId, Tensor<1>)], max_norm: f64) {
+    if max_norm <= 0.0 || grads.is_empty() {
+        return;
+    }
+    let norm = grads.iter().map(|(_, g)| g.clone().square().sum()).reduce(|a, b| a.add(b)).unwrap().sqrt();
+    let factor = norm.add_scalar(1e-6).recip().mul_scalar(max_norm).clamp_max(1.0);
+    for (_, g) in grads.iter_mut() {
+        let t = std::mem::replace(g, g.zeros_like());
+        *g = t.mul(factor.clone());
+    }
+}
+
+/// Reads the loss terms back (one sync).
+pub fn read_losses(terms: &LossTerms) -> StepLosses {
+    let v = Tensor::cat(vec![terms.box_loss.clone(), terms.dfl_loss.clone(), terms.cls_loss.clone()], 0)
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .unwrap_or_default();
+    StepLosses { box_loss: v[0] as f64, dfl_loss: v[1] as f64, cls_loss: v[2] as f64 }
+}

@@ -1,0 +1,55 @@
+//! Validation on the EMA weights: letterboxed batches, the network in eval mode, decoded
+//! predictions read back once per batch, multi-label candidates, class-aware NMS, then COCO
+//! mAP against the split's labels.
+
+use std::sync::Arc;
+
+use burn::tensor::{Device, FloatDType};
+use libreyolo_families::{Ctx, Network, ParamStore};
+use libreyolo_stages::data::{Dataset, Loader};
+use libreyolo_stages::val::coco::{self, Detection};
+use libreyolo_stages::val::nms::{self, NmsConfig};
+
+use super::step::upload;
+
+/// COCO stats (`coco::STAT_NAMES` order) of `params` on the loader's split.
+pub fn validate(
+    network: &Network,
+    params: &ParamStore,
+    loader: &Loader,
+    device: &Device,
+    compute: Option<FloatDType>,
+    nms_cfg: &NmsConfig,
+) -> anyhow::Result<([f64; 12], usize)> {
+    let ds: &Arc<Dataset> = loader.dataset();
+    let cx = match compute {
+        Some(d) => Ctx::eval_in(params, d),
+        None => Ctx::eval(params),
+    };
+    let head = network.head();
+    let cfg = loader.config();
+    let mut dets: Vec<Detection> = vec![];
+    for batch in loader.epoch(0).iter() {
+        let (images, _) = upload(&batch, device);
+        let images = match compute {
+            Some(d) => images.cast(d),
+            None => images,
+        };
+        let maps = network.forward(images, &cx, false).main;
+        let pred = head.decode(&maps).cast(FloatDType::F32);
+        let [b, rows, a] = pred.dims();
+        let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        for (k, &index) in batch.indices.iter().enumerate().take(b) {
+            let (ow, oh) = ds.items[index].size;
+            let ratio = (cfg.height as f32 / oh as f32).min(cfg.width as f32 / ow as f32);
+            let image_pred = &values[k * rows * a..(k + 1) * rows * a];
+            for d in nms::detect(image_pred, head.nc, a, ratio, ow, oh, nms_cfg) {
+                let [x1, y1, x2, y2] = d.xyxy.map(|v| v as f64);
+                dets.push(Detection { image: index, category: d.class, bbox: [x1, y1, x2 - x1, y2 - y1], score: d.score as f64 });
+            }
+        }
+    }
+    let gts = libreyolo_stages::val::ground_truth(ds);
+    let n = dets.len();
+    Ok((coco::evaluate(ds.len(), head.nc, &gts, &dets), n))
+}
