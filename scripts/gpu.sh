@@ -8,11 +8,12 @@
 #   scripts/gpu.sh pack                   # cargo build --release, strip, xz -> .gpu/libreyolo-run.xz
 #   scripts/gpu.sh keep-cache DIR         # after a device call: copy DIR/kernels.tar.xz into .gpu/
 # There (device tool, carry [".gpu"]):
-#   bash scripts/gpu.sh remote 'ARGS' ['ARGS' ...]
+#   bash scripts/gpu.sh remote 'ARGS' ['@SECONDS:ARGS' ...]
 #                                         # unpack, restore the kernel cache, run `libreyolo-run ARGS` for
-#                                         # each quoted argument list (each under $STEP_TIMEOUT seconds,
-#                                         # default 540, output teed to $OUT/steps.log), then save the
-#                                         # kernel cache to $OUT/kernels.tar.xz
+#                                         # each quoted argument list (each under its @SECONDS limit, or
+#                                         # $STEP_TIMEOUT, default 540; output in $OUT/steps.log), then
+#                                         # save the kernel cache to $OUT/kernels.tar.xz. Keep the sum of
+#                                         # the limits under the device call's limit, or the cache is lost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU_DIR=.gpu
@@ -45,15 +46,19 @@ remote)
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0
+    set +e # a failing step must not skip the others nor the cache upload
     for step in "$@"; do
-        echo "[gpu.sh $(date +%T)] libreyolo-run $step"
+        limit=${STEP_TIMEOUT:-540}
+        case "$step" in @*:*) limit=${step%%:*}; limit=${limit#@}; step=${step#*:} ;; esac
+        echo "[gpu.sh $(date +%T)] libreyolo-run $step (limit ${limit}s)" | tee -a "$OUT/steps.log"
         start=$(date +%s)
         # shellcheck disable=SC2086 # each step is an argument list
-        eval "timeout ${STEP_TIMEOUT:-540} \"$bin\" $step" 2>&1 | tee -a "$OUT/steps.log"
-        rc=${PIPESTATUS[0]}
+        eval "timeout $limit \"$bin\" $step" >> "$OUT/steps.log" 2>&1
+        rc=$?
         echo "[gpu.sh $(date +%T)] exit $rc after $(( $(date +%s) - start ))s: $step" | tee -a "$OUT/steps.log"
         [ "$rc" = 0 ] || status=$rc
     done
+    set -e
     tar -cJf "$OUT/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE" .
     echo "[gpu.sh] kernel cache saved: $(du -sh "$OUT/kernels.tar.xz" | cut -f1); exit status $status"
     exit $status

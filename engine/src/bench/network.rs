@@ -12,6 +12,8 @@ pub struct NetworkBench {
     pub dtype: FloatDType,
     pub warmup: usize,
     pub iters: usize,
+    /// Also time the training forward+backward.
+    pub train: bool,
 }
 
 pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &Device) -> Vec<Timing> {
@@ -24,6 +26,9 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &
     let forward = time(&format!("forward (eval) {tag}"), device, cfg.warmup, cfg.iters, || {
         network.forward(images.clone(), &eval, false).main
     });
+    if !cfg.train {
+        return vec![forward];
+    }
     let train = time(&format!("forward+backward (train) {tag}"), device, cfg.warmup, cfg.iters, || {
         let cx = Ctx::train(&params);
         let maps = network.forward(images.clone(), &cx, false).main;

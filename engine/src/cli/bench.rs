@@ -38,6 +38,9 @@ enum BenchWhat {
         /// Compute dtypes to measure.
         #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
         dtype: Vec<Dtype>,
+        /// Measure the eval forward only (no training forward+backward).
+        #[arg(long)]
+        forward_only: bool,
     },
     /// The YOLOv9 loss, eager and inside a captured CUDA graph.
     Loss {
@@ -78,7 +81,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let dev = device.devices().remove(0);
     eprintln!("bench on {}", device.describe());
     let timings = match &args.what {
-        BenchWhat::Network { manifest, dtype } => {
+        BenchWhat::Network { manifest, dtype, forward_only } => {
             let loaded = crate::manifest::load(manifest, &[])?;
             let (network, params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
             let mut rows = vec![];
@@ -90,6 +93,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                     dtype: (*d).into(),
                     warmup: args.warmup,
                     iters: args.iters,
+                    train: !forward_only,
                 };
                 rows.extend(bench::network::run(&cfg, &network, &params, &dev));
             }
