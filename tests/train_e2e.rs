@@ -100,3 +100,28 @@ fn resume_without_a_checkpoint_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("has no weights/last.safetensors to resume from"), "{stderr}");
 }
+
+#[test]
+fn ctrl_c_saves_last_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("stopped");
+    let child = bin().args(small(dir.path(), "stopped", 50)).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    while csv_rows(&run).is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(600), "the first epoch never finished");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SIGINT, as Ctrl-C in a terminal sends it.
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "Ctrl-C must exit cleanly: {:?}\n{stderr}", out.status);
+    assert!(stderr.contains("interrupt: finishing this step, saving weights/last"), "{stderr}");
+    assert!(stdout.contains("interrupted: continue with `resume=true"), "{stdout}");
+    assert!(run.join("weights/last.safetensors").exists());
+    assert!(csv_rows(&run).len() < 50);
+    let log = std::fs::read_to_string(run.join("train.log")).unwrap();
+    assert!(log.contains("weights/last saved") || log.contains("epoch "), "{log}");
+}

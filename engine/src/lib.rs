@@ -13,4 +13,6 @@ pub mod kernel_cache;
 pub mod manifest;
 pub mod network;
 pub mod parity;
+pub mod predict;
+pub mod profile;
 pub mod train;

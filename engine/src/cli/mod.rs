@@ -5,6 +5,8 @@ mod data;
 mod doctor;
 mod dry_run;
 mod parity;
+mod predict;
+mod profile;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +39,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Preview augmented batches or time the data loader.
     Data(data::DataArgs),
+    /// Detect objects in an image or a folder: annotated images and predictions.json.
+    Predict(predict::PredictArgs),
+    /// Profile training steps (phases, kernels, verdict) or read a profile.json.
+    Profile(profile::ProfileArgs),
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +68,8 @@ pub fn main() -> ExitCode {
         Some(Command::Parity(args)) => parity::run(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Data(args)) => data::run(&args),
+        Some(Command::Predict(args)) => predict::run(&args),
+        Some(Command::Profile(args)) => profile::run(&args),
         Some(Command::Train(args)) => train(&args),
         None => train(&cli.train),
     };

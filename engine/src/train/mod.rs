@@ -27,6 +27,7 @@ use crate::dag::StepDag;
 use crate::data::{self, Split};
 use crate::device::ResolvedDevice;
 use crate::manifest::{LoadedManifest, Optimizer as OptimizerKind, Scheduler};
+use crate::profile::{self, Profiler};
 use checkpoint::TrainState;
 use precision::{LossScale, Precision};
 use run_dir::{EpochRecord, RunDir};
@@ -64,6 +65,26 @@ pub struct Trainer<'a> {
     /// Micro-batches per optimizer step (`round(nbs / batch)`).
     accumulate: usize,
     grad_accumulator: Vec<(ParamId, Tensor<1>)>,
+    /// The profiler while its window is open (`profile=true`); `None` costs one branch a stage.
+    profiler: Option<Profiler>,
+    /// Where the profile is written, and whether the run stops after it.
+    profile_out: Option<ProfileOut>,
+}
+
+struct ProfileOut {
+    dir: std::path::PathBuf,
+    trace: bool,
+    then_stop: bool,
+}
+
+/// How an epoch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EpochEnd {
+    Complete,
+    /// Ctrl-C: weights/last is saved and the run stops.
+    Interrupted,
+    /// The profile window completed with `profile.then_stop`: the run stops, nothing saved.
+    ProfileOnly,
 }
 
 /// Set by Ctrl-C: the run saves `last` after the current step and stops.
@@ -155,6 +176,8 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         iteration: 0,
         accumulate,
         grad_accumulator: vec![],
+        profiler: None,
+        profile_out: None,
     };
 
     let mut state = TrainState {
@@ -186,6 +209,22 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     );
     eprintln!("{header}\nrun directory: {}", run.path.display());
     run.log(&header);
+    if m.profile.enabled {
+        let meta = profile::analysis::Meta {
+            model: format!("{}-{}", m.model.family, m.model.size),
+            device: resolved.describe(),
+            batch,
+            imgsz: m.run.imgsz.to_string(),
+            precision: trainer.precision.describe(),
+            workers: m.data.workers,
+            capture: false,
+            manifest: loaded.source.path.display().to_string(),
+        };
+        let observe = resolved.backend == crate::device::Backend::Cuda;
+        trainer.profiler = Some(Profiler::new(device.clone(), meta, m.profile.warmup as usize, m.profile.steps as usize, observe));
+        trainer.profile_out = Some(ProfileOut { dir: run.path.clone(), trace: m.profile.trace, then_stop: m.profile.then_stop });
+        eprintln!("profiling: {} warm-up steps, then {} measured (half unsynced, half synced per phase)", m.profile.warmup, m.profile.steps.max(2));
+    }
 
     let mut last = None;
     let mut interrupted = false;
@@ -194,7 +233,13 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         let mosaic = epoch < no_aug_start;
         let epoch_loader = if mosaic { &loader } else { &loader_no_mosaic };
         let started = Instant::now();
-        let (losses, images, stopped) = trainer.run_epoch(epoch_loader, epoch, epochs)?;
+        let (losses, images, end) = trainer.run_epoch(epoch_loader, epoch, epochs)?;
+        if end == EpochEnd::ProfileOnly {
+            run.log("Profile-only run (profile.then_stop=true): the partial epoch is neither validated nor checkpointed");
+            eprintln!("Profile-only run (profile.then_stop=true): stopping; the partial epoch is neither validated nor checkpointed");
+            break;
+        }
+        let stopped = end == EpochEnd::Interrupted;
         let seconds = started.elapsed().as_secs_f64();
         let mut record = EpochRecord {
             epoch,
@@ -267,13 +312,27 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
 }
 
 impl Trainer<'_> {
-    /// One epoch; returns the mean losses, images seen and whether Ctrl-C stopped it.
-    fn run_epoch(&mut self, loader: &libreyolo_stages::data::Loader, epoch: usize, epochs: usize) -> anyhow::Result<(step::StepLosses, usize, bool)> {
+    /// One epoch; returns the mean losses, images seen and how it ended.
+    fn run_epoch(&mut self, loader: &libreyolo_stages::data::Loader, epoch: usize, epochs: usize) -> anyhow::Result<(step::StepLosses, usize, EpochEnd)> {
         let total = loader.batches_per_epoch();
         let bar = progress::epoch_bar(epoch, epochs, total);
         let (mut sum, mut n, mut images) = (step::StepLosses::default(), 0usize, 0usize);
         let started = Instant::now();
-        for (i, batch) in loader.epoch(epoch as u64).iter().enumerate() {
+        let batches = loader.epoch(epoch as u64);
+        let mut i = 0;
+        loop {
+            if let Some(p) = self.profiler.as_mut() {
+                p.begin_step();
+            }
+            let Ok(batch) = batches.recv() else {
+                if let Some(p) = self.profiler.as_mut() {
+                    p.abandon_step();
+                }
+                break;
+            };
+            if let Some(p) = self.profiler.as_mut() {
+                p.fetched();
+            }
             let last_micro = (i + 1) % self.accumulate == 0 || i + 1 == total;
             let values = self.run_step(&batch, last_micro)?;
             if last_micro {
@@ -281,7 +340,13 @@ impl Trainer<'_> {
             }
             images += batch.size;
             if let Some(loss) = &values.loss {
+                if let Some(p) = self.profiler.as_mut() {
+                    p.enter("readback");
+                }
                 let l = step::read_losses(loss);
+                if let Some(p) = self.profiler.as_mut() {
+                    p.exit();
+                }
                 if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
                     anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, i + 1, l.box_loss, l.dfl_loss, l.cls_loss);
                 }
@@ -301,14 +366,33 @@ impl Trainer<'_> {
                 ));
             }
             bar.inc(1);
+            i += 1;
+            if self.profiler.as_mut().map(|p| p.end_step()) == Some(profile::Progress::Done) && self.close_profile()? {
+                bar.abandon();
+                return Ok((sum, images, EpochEnd::ProfileOnly));
+            }
             if STOP.load(Ordering::SeqCst) {
                 bar.abandon();
-                return Ok((sum, images, true));
+                return Ok((sum, images, EpochEnd::Interrupted));
             }
         }
         bar.finish();
         let n = n.max(1) as f64;
-        Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, false))
+        Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, EpochEnd::Complete))
+    }
+
+    /// The window is complete: analyse, print, write the artifacts and drop the probes.
+    /// Returns whether the run stops here (`profile.then_stop`).
+    fn close_profile(&mut self) -> anyhow::Result<bool> {
+        let (Some(profiler), Some(out)) = (self.profiler.take(), self.profile_out.take()) else { return Ok(false) };
+        let p = profiler.finish();
+        let path = profile::artifacts::write(&out.dir, &p, out.trace)?;
+        eprintln!("\n{}", profile::report(&p));
+        eprintln!("  wrote {} (and profile_summary.json, {}timeline.html)", path.display(), if out.trace { "profile_trace.json, " } else { "" });
+        if !out.then_stop {
+            eprintln!("Profile window complete; training continues without the probes");
+        }
+        Ok(out.then_stop)
     }
 
     fn save(&self, path: &std::path::Path, state: &TrainState) -> anyhow::Result<()> {

@@ -9,7 +9,7 @@ use super::run_dir::EpochRecord;
 static FONT: &[u8] = include_bytes!("../../../assets/DejaVuSans.ttf");
 
 /// Registers the bundled font with plotters once (it has no system font access here).
-fn ensure_font() {
+pub fn ensure_font() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);

@@ -6,7 +6,12 @@ use burn::tensor::Device;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub fn epoch_bar(epoch: usize, epochs: usize, steps: usize) -> ProgressBar {
-    let bar = ProgressBar::new(steps as u64);
+    bar(steps as u64, &format!("epoch {}/{epochs}", epoch + 1))
+}
+
+/// A bar of `len` steps labelled `prefix`; hidden when stderr is not a terminal.
+pub fn bar(len: u64, prefix: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
     if !std::io::stderr().is_terminal() {
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
@@ -15,7 +20,7 @@ pub fn epoch_bar(epoch: usize, epochs: usize, steps: usize) -> ProgressBar {
             .expect("valid template")
             .progress_chars("=> "),
     );
-    bar.set_prefix(format!("epoch {}/{epochs}", epoch + 1));
+    bar.set_prefix(prefix.to_string());
     bar
 }
 

@@ -41,9 +41,23 @@ impl Trainer<'_> {
     /// Runs the stages of one micro-batch. `last_micro` closes a gradient-accumulation window.
     pub(super) fn run_step(&mut self, batch: &Batch, last_micro: bool) -> anyhow::Result<StepValues> {
         let mut v = StepValues::default();
-        let order = self.dag.order.clone();
-        for i in order {
-            let kind = self.dag.stages[i].kind.name;
+        let dag = self.dag; // a shared borrow for the run, apart from `self`
+        for &i in &dag.order {
+            let stage = &dag.stages[i];
+            if let Some(p) = self.profiler.as_mut() {
+                p.enter(&stage.name);
+            }
+            self.run_stage(stage.kind.name, batch, &mut v, last_micro)?;
+            if let Some(p) = self.profiler.as_mut() {
+                p.exit();
+            }
+        }
+        Ok(v)
+    }
+
+    /// Runs one stage of kind `kind`.
+    fn run_stage(&mut self, kind: &str, batch: &Batch, v: &mut StepValues, last_micro: bool) -> anyhow::Result<()> {
+        {
             match kind {
                 "data.yolo" => {
                     let (images, targets) = upload(batch, &self.device);
@@ -100,13 +114,13 @@ impl Trainer<'_> {
                 }
                 "optimizer" => {
                     if !last_micro {
-                        continue;
+                        return Ok(());
                     }
                     let mut grads = v.grads.take().unwrap_or_default();
                     if let Some(s) = self.precision.scaler.as_mut()
                         && !s.unscale(&mut grads)
                     {
-                        continue; // non-finite gradients: skip this step
+                        return Ok(()); // non-finite gradients: skip this step
                     }
                     let (lr, momentum) = self.schedule.at(self.iteration);
                     self.optim.step(&mut self.model.params, grads, lr, momentum);
@@ -127,7 +141,7 @@ impl Trainer<'_> {
                 other => anyhow::bail!("stage kind `{other}` has no implementation in the training executor yet"),
             }
         }
-        Ok(v)
+        Ok(())
     }
 
     /// Sums gradients over an accumulation window; on its last micro-batch `grads` holds the sum.

@@ -8,7 +8,7 @@ use image::{Rgb, RgbImage};
 use super::loader::Batch;
 
 /// Distinct colours for classes (cycled).
-const COLOURS: [[u8; 3]; 10] = [
+pub const COLOURS: [[u8; 3]; 10] = [
     [230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48],
     [145, 30, 180], [70, 240, 240], [240, 50, 230], [210, 245, 60], [250, 190, 212],
 ];

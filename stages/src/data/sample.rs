@@ -58,10 +58,7 @@ fn partner(ds: &Dataset, rng: &mut impl Rng) -> usize {
 pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): (u32, u32), rng: &mut impl Rng) -> Sample {
     let (image, boxes) = if aug.mosaic_prob > 0.0 && rng.random::<f64>() < aug.mosaic_prob {
         let indices = [index, partner(ds, rng), partner(ds, rng), partner(ds, rng)];
-        let tiles = indices.map(|i| {
-            let (img, boxes) = ds.load(i);
-            (RgbImage::clone(&img), boxes)
-        });
+        let tiles = indices.map(|i| ds.load(i));
         let (canvas, boxes) = mosaic::build(tiles, height, width, rng);
         let params = affine::AffineParams { degrees: aug.degrees, translate: aug.translate, scale: aug.scale, shear: aug.shear };
         let m = affine::random_matrix(&params, width, height, rng);

@@ -40,35 +40,57 @@ pub fn random_matrix(p: &AffineParams, out_w: u32, out_h: u32, rng: &mut impl Rn
     ]
 }
 
+/// Bits of the fixed-point bilinear weights (each axis).
+const FRAC_BITS: u32 = 8;
+const ONE: i32 = 1 << FRAC_BITS;
+/// Fractional bits of the source position accumulated along a row (drift < 0.001 px per row).
+const ACC_BITS: u32 = 20;
+
 /// Warps `img` to `out_w` x `out_h` through `m` and moves the boxes with it.
+///
+/// Bilinear sampling with 8-bit fixed-point weights (OpenCV uses 5-bit tables); source pixels
+/// outside the image read as the border value 114. Each output row walks the source along a
+/// straight line, so the inverse map costs two additions per pixel.
 pub fn warp(img: &RgbImage, boxes: &mut Boxes, m: [[f64; 3]; 2], out_w: u32, out_h: u32) -> RgbImage {
     let det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
-    let inv = [
-        [m[1][1] / det, -m[0][1] / det],
-        [-m[1][0] / det, m[0][0] / det],
-    ];
-    let (sw, sh) = (img.width() as i64, img.height() as i64);
+    let inv = [[m[1][1] / det, -m[0][1] / det], [-m[1][0] / det, m[0][0] / det]];
+    let (sw, sh) = (img.width() as i32, img.height() as i32);
     let src = img.as_raw();
+    let stride = sw as usize * 3;
     let mut out = vec![FILL; (out_w * out_h * 3) as usize];
+    let scale = (1i64 << ACC_BITS) as f64;
+    let frac_mask = (1i64 << ACC_BITS) - 1;
     for y in 0..out_h as usize {
         let dy = y as f64 - m[1][2];
-        for x in 0..out_w as usize {
-            let dx = x as f64 - m[0][2];
-            let sx = inv[0][0] * dx + inv[0][1] * dy;
-            let sy = inv[1][0] * dx + inv[1][1] * dy;
-            let (x0, y0) = (sx.floor() as i64, sy.floor() as i64);
+        // Source position of x = 0 and its step per output pixel, in fixed point.
+        let mut sx = ((inv[0][0] * -m[0][2] + inv[0][1] * dy) * scale) as i64;
+        let mut sy = ((inv[1][0] * -m[0][2] + inv[1][1] * dy) * scale) as i64;
+        let (step_x, step_y) = ((inv[0][0] * scale) as i64, (inv[1][0] * scale) as i64);
+        let row = &mut out[y * out_w as usize * 3..(y + 1) * out_w as usize * 3];
+        for px in row.chunks_exact_mut(3) {
+            let (x0, y0) = ((sx >> ACC_BITS) as i32, (sy >> ACC_BITS) as i32);
+            let fx = ((sx & frac_mask) >> (ACC_BITS - FRAC_BITS)) as i32;
+            let fy = ((sy & frac_mask) >> (ACC_BITS - FRAC_BITS)) as i32;
+            sx += step_x;
+            sy += step_y;
             if x0 < -1 || y0 < -1 || x0 >= sw || y0 >= sh {
                 continue;
             }
-            let (fx, fy) = ((sx - x0 as f64) as f32, (sy - y0 as f64) as f32);
-            let px = |xx: i64, yy: i64, c: usize| -> f32 {
-                if xx < 0 || yy < 0 || xx >= sw || yy >= sh { FILL as f32 } else { src[((yy * sw + xx) * 3) as usize + c] as f32 }
-            };
-            let o = (y * out_w as usize + x) * 3;
-            for c in 0..3 {
-                let top = px(x0, y0, c) * (1.0 - fx) + px(x0 + 1, y0, c) * fx;
-                let bottom = px(x0, y0 + 1, c) * (1.0 - fx) + px(x0 + 1, y0 + 1, c) * fx;
-                out[o + c] = (top * (1.0 - fy) + bottom * fy).round() as u8;
+            let w = [(ONE - fx) * (ONE - fy), fx * (ONE - fy), (ONE - fx) * fy, fx * fy];
+            if x0 >= 0 && y0 >= 0 && x0 + 1 < sw && y0 + 1 < sh {
+                let o = y0 as usize * stride + x0 as usize * 3;
+                for c in 0..3 {
+                    let v = src[o + c] as i32 * w[0] + src[o + 3 + c] as i32 * w[1] + src[o + stride + c] as i32 * w[2] + src[o + stride + 3 + c] as i32 * w[3];
+                    px[c] = ((v + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)) as u8;
+                }
+            } else {
+                let tap = |xx: i32, yy: i32, c: usize| -> i32 {
+                    if xx < 0 || yy < 0 || xx >= sw || yy >= sh { FILL as i32 } else { src[yy as usize * stride + xx as usize * 3 + c] as i32 }
+                };
+                for c in 0..3 {
+                    let v = tap(x0, y0, c) * w[0] + tap(x0 + 1, y0, c) * w[1] + tap(x0, y0 + 1, c) * w[2] + tap(x0 + 1, y0 + 1, c) * w[3];
+                    px[c] = ((v + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)) as u8;
+                }
             }
         }
     }

@@ -27,50 +27,64 @@ pub fn jitter(img: &mut RgbImage, rng: &mut impl Rng) {
     }
 }
 
-/// OpenCV's `COLOR_RGB2HSV` for 8-bit images.
-pub fn rgb_to_hsv([r, g, b]: [u8; 3]) -> (u8, u8, u8) {
-    let (r, g, b) = (r as f32, g as f32, b as f32);
-    let v = r.max(g).max(b);
-    let diff = v - r.min(g).min(b);
-    let s = if v > 0.0 { 255.0 * diff / v } else { 0.0 };
-    let mut h = if diff == 0.0 {
-        0.0
-    } else if v == r {
-        60.0 * (g - b) / diff
-    } else if v == g {
-        120.0 + 60.0 * (b - r) / diff
-    } else {
-        240.0 + 60.0 * (r - g) / diff
-    };
-    if h < 0.0 {
-        h += 360.0;
-    }
-    let h = (h / 2.0).round() as u32 % 180;
-    (h as u8, s.round() as u8, v as u8)
+/// Fixed-point shift of OpenCV's division tables.
+const SHIFT: u32 = 12;
+
+/// OpenCV's `sdiv_table` and `hdiv_table180`: `(255 << 12) / v` and `(180 << 12) / (6 * d)`.
+fn tables() -> &'static ([i32; 256], [i32; 256]) {
+    static TABLES: std::sync::OnceLock<([i32; 256], [i32; 256])> = std::sync::OnceLock::new();
+    TABLES.get_or_init(|| {
+        let mut s = [0i32; 256];
+        let mut h = [0i32; 256];
+        for i in 1..256 {
+            s[i] = ((255u32 << SHIFT) as f64 / i as f64).round() as i32;
+            h[i] = ((180u32 << SHIFT) as f64 / (6.0 * i as f64)).round() as i32;
+        }
+        (s, h)
+    })
 }
 
-/// OpenCV's `COLOR_HSV2RGB` for 8-bit images.
+/// OpenCV's `COLOR_RGB2HSV` for 8-bit images (its integer algorithm).
+pub fn rgb_to_hsv([r, g, b]: [u8; 3]) -> (u8, u8, u8) {
+    let (sdiv, hdiv) = tables();
+    let (r, g, b) = (r as i32, g as i32, b as i32);
+    let v = r.max(g).max(b);
+    let diff = v - r.min(g).min(b);
+    let s = (diff * sdiv[v as usize] + (1 << (SHIFT - 1))) >> SHIFT;
+    let h = if v == r {
+        g - b
+    } else if v == g {
+        b - r + 2 * diff
+    } else {
+        r - g + 4 * diff
+    };
+    let mut h = (h * hdiv[diff as usize] + (1 << (SHIFT - 1))) >> SHIFT;
+    if h < 0 {
+        h += 180;
+    }
+    (h as u8, s as u8, v as u8)
+}
+
+/// HSV (OpenCV 8-bit scales) to RGB, in integers: the hue circle has 6 sectors of 30 half-degrees.
 pub fn hsv_to_rgb(h: u8, s: u8, v: u8) -> [u8; 3] {
-    let v_f = v as f32;
     if s == 0 {
         return [v, v, v];
     }
-    let s = s as f32 / 255.0;
-    let h = h as f32 * 2.0 / 60.0; // sector in [0, 6)
-    let sector = h.floor();
-    let f = h - sector;
-    let p = v_f * (1.0 - s);
-    let q = v_f * (1.0 - s * f);
-    let t = v_f * (1.0 - s * (1.0 - f));
-    let (r, g, b) = match sector as i32 % 6 {
-        0 => (v_f, t, p),
-        1 => (q, v_f, p),
-        2 => (p, v_f, t),
-        3 => (p, q, v_f),
-        4 => (t, p, v_f),
-        _ => (v_f, p, q),
+    const D: i32 = 255 * 30;
+    let (h, s, v) = (h as i32 % 180, s as i32, v as i32);
+    let (sector, f) = (h / 30, h % 30);
+    let p = (v * (255 - s) + 127) / 255;
+    let q = (v * (D - s * f) + D / 2) / D;
+    let t = (v * (D - s * (30 - f)) + D / 2) / D;
+    let (r, g, b) = match sector {
+        0 => (v, t, p),
+        1 => (q, v, p),
+        2 => (p, v, t),
+        3 => (p, q, v),
+        4 => (t, p, v),
+        _ => (v, p, q),
     };
-    [r.round() as u8, g.round() as u8, b.round() as u8]
+    [r as u8, g as u8, b as u8]
 }
 
 #[cfg(test)]

@@ -10,6 +10,9 @@ use crate::data::image::{fit, resize};
 /// The letterboxed image and the ratio `r` (boxes scale by `r`, no offset).
 pub fn apply(img: &RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (RgbImage, f32) {
     let (r, nw, nh) = fit(img.width(), img.height(), height, width);
+    if (nw, nh) == (width, height) && (img.width(), img.height()) == (width, height) {
+        return (img.clone(), r); // already the training size (mosaic output): nothing to do
+    }
     let resized = resize(img, nw, nh);
     let mut out = RgbImage::from_pixel(width, height, image::Rgb([FILL; 3]));
     image::imageops::replace(&mut out, &resized, 0, 0);

@@ -3,6 +3,8 @@
 //! tile 1 starts there to the right, tile 2 below, tile 3 below-right (YOLOX's placement).
 //! Boxes move with their tile and are clipped to the canvas.
 
+use std::sync::Arc;
+
 use image::RgbImage;
 use rand::Rng;
 
@@ -10,7 +12,9 @@ use super::Boxes;
 use crate::data::FILL;
 use crate::data::image::resize;
 
-pub fn build(tiles: [(RgbImage, Boxes); 4], height: u32, width: u32, rng: &mut impl Rng) -> (RgbImage, Boxes) {
+/// Tiles are read in place (they come from the image cache); only a tile larger than the
+/// training size is resized.
+pub fn build(tiles: [(Arc<RgbImage>, Boxes); 4], height: u32, width: u32, rng: &mut impl Rng) -> (RgbImage, Boxes) {
     let (h2, w2) = (2 * height as i64, 2 * width as i64);
     let yc = rng.random_range(0.5 * height as f64..1.5 * height as f64) as i64;
     let xc = rng.random_range(0.5 * width as f64..1.5 * width as f64) as i64;
@@ -19,7 +23,7 @@ pub fn build(tiles: [(RgbImage, Boxes); 4], height: u32, width: u32, rng: &mut i
     for (i, (img, mut boxes)) in tiles.into_iter().enumerate() {
         let (h0, w0) = (img.height() as f64, img.width() as f64);
         let scale = 1f64.min(height as f64 / h0).min(width as f64 / w0);
-        let img = if scale < 1.0 { resize(&img, (w0 * scale) as u32, (h0 * scale) as u32) } else { img };
+        let img = if scale < 1.0 { Arc::new(resize(&img, (w0 * scale) as u32, (h0 * scale) as u32)) } else { img };
         let (h, w) = (img.height() as i64, img.width() as i64);
         let ((x1a, y1a, x2a, y2a), (x1b, y1b)) = match i {
             0 => {

@@ -1,0 +1,123 @@
+//! `libreyolo-run predict MANIFEST weights=PATH source=IMAGE_OR_FOLDER [key=value ...]`.
+//!
+//! `source`, `conf`, `iou`, `max_det` and `out` belong to predict; every other `key=value` is a
+//! manifest setting (`weights`, `imgsz`, `device`, `amp`, ...), validated like training's.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::Failure;
+use crate::manifest::{self, KeyPath, Part};
+use crate::predict::{self, PredictConfig};
+use libreyolo_stages::val::nms::NmsConfig;
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// The manifest describing the network (e.g. manifests/yolo9t.toml).
+    #[arg(value_name = "MANIFEST")]
+    manifest: PathBuf,
+    /// `weights=PATH` and `source=PATH` (required), `conf=0.25`, `iou=0.45`, `max_det=300`,
+    /// `out=DIR` (default runs/predict/predict, numbered), and manifest settings.
+    #[arg(value_name = "KEY=VALUE")]
+    settings: Vec<String>,
+}
+
+/// Predict's own settings, split off the manifest overrides.
+struct Own {
+    source: Option<PathBuf>,
+    conf: f32,
+    iou: f32,
+    max_det: usize,
+    out: Option<PathBuf>,
+}
+
+fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
+    let mut own = Own { source: None, conf: 0.25, iou: 0.45, max_det: 300, out: None };
+    let mut rest = vec![];
+    for s in settings {
+        let Some((k, v)) = s.split_once('=') else {
+            rest.push(s.clone());
+            continue;
+        };
+        let number = |what: &str| -> anyhow::Result<f64> {
+            v.trim().parse::<f64>().map_err(|_| anyhow::anyhow!("`{k}` expects {what}, got `{v}`"))
+        };
+        match k.trim() {
+            "source" => own.source = Some(PathBuf::from(v)),
+            "out" => own.out = Some(PathBuf::from(v)),
+            "conf" => own.conf = number("a number in [0, 1]")? as f32,
+            "iou" => own.iou = number("a number in [0, 1]")? as f32,
+            "max_det" => own.max_det = number("a positive integer")? as usize,
+            _ => rest.push(s.clone()),
+        }
+    }
+    if !(0.0..=1.0).contains(&own.conf) || !(0.0..=1.0).contains(&own.iou) {
+        anyhow::bail!("`conf` and `iou` must lie in [0, 1] (got conf={}, iou={})", own.conf, own.iou);
+    }
+    Ok((own, rest))
+}
+
+pub fn run(args: &PredictArgs) -> Result<(), Failure> {
+    let (own, overrides) = split(&args.settings)?;
+    let loaded = manifest::load(&args.manifest, &overrides)?;
+    let m = &loaded.manifest;
+    let Some(source) = own.source else {
+        return Err(anyhow::anyhow!("predict needs `source=PATH` (an image or a folder of images)").into());
+    };
+    let Some(weights) = m.model.weights.clone() else {
+        return Err(anyhow::anyhow!("predict needs `weights=PATH` (a checkpoint such as runs/train/exp/weights/best.safetensors, or a state dict with LibreYOLO's key names)").into());
+    };
+    let files = predict::sources(&source)?;
+    crate::kernel_cache::configure();
+    let resolved = crate::device::resolve(&m.run.device).map_err(|msg| loaded.source.error_at(&KeyPath::dotted("run.device"), Part::Value, msg))?;
+    let device = resolved.devices().remove(0);
+
+    // A checkpoint knows its classes; a plain state dict takes the manifest's (or the dataset's).
+    let state = crate::train::checkpoint::read_state(&weights).ok();
+    let names: Vec<String> = match &state {
+        Some(s) => s.names.clone(),
+        None => crate::data::config(&loaded).map(|c| c.names).unwrap_or_default(),
+    };
+    let nc = state.as_ref().map(|s| s.nc).or(m.model.nc.map(|n| n as usize)).unwrap_or(if names.is_empty() { crate::network::DEFAULT_NC } else { names.len() });
+    let (network, mut params) = crate::network::build(&loaded, nc, false, &burn::tensor::Device::flex())?;
+    crate::train::checkpoint::load_any(&mut params, &weights).map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
+    params.to_device(&device);
+
+    let precision = crate::train::precision::Precision::new(m, resolved.backend, &device)?;
+    let cfg = PredictConfig {
+        nms: NmsConfig { conf: own.conf, iou: own.iou, max_det: own.max_det, max_candidates: m.val.max_candidates },
+        imgsz: (m.run.imgsz.height(), m.run.imgsz.width()),
+        compute: precision.compute,
+    };
+    let out = own.out.unwrap_or_else(|| {
+        // Beside the training runs: runs/train -> runs/predict/predict, predict2, ...
+        let runs = m.run.project.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(&m.run.project);
+        numbered(&runs.join("predict"), "predict")
+    });
+    let start = std::time::Instant::now();
+    let results = predict::run(&network, &params, &names, &files, &out, &device, &cfg)?;
+    let n: usize = results.iter().map(|r| r.detections.len()).sum();
+    println!(
+        "predicted {} image(s) on {} in {:.2}s: {n} detection(s) (conf {}, iou {}); wrote {}/ and {}",
+        results.len(),
+        resolved.describe(),
+        start.elapsed().as_secs_f64(),
+        own.conf,
+        own.iou,
+        out.display(),
+        out.join("predictions.json").display()
+    );
+    Ok(())
+}
+
+/// `dir/name`, or `dir/name2`, `dir/name3`, ... when taken.
+fn numbered(dir: &std::path::Path, name: &str) -> PathBuf {
+    let mut path = dir.join(name);
+    let mut n = 2;
+    while path.exists() {
+        path = dir.join(format!("{name}{n}"));
+        n += 1;
+    }
+    path
+}

@@ -1,0 +1,156 @@
+//! Inference on images: letterbox, the network in eval mode, multi-label candidates and
+//! class-aware NMS (the validation path with predict's thresholds), then annotated copies of
+//! the images and one JSON of every detection in original-image pixels.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
+use image::RgbImage;
+use libreyolo_families::{Ctx, Network, ParamStore};
+use libreyolo_stages::data::augment::{Boxes, letterbox};
+use libreyolo_stages::data::image as img;
+use libreyolo_stages::val::nms::{self, Det, NmsConfig};
+use serde::Serialize;
+
+/// What `predict` needs besides the network: thresholds and the input size.
+#[derive(Debug, Clone)]
+pub struct PredictConfig {
+    pub nms: NmsConfig,
+    /// Letterbox size (height, width), multiples of 32.
+    pub imgsz: (u32, u32),
+    pub compute: Option<FloatDType>,
+}
+
+/// One detection as written to `predictions.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JsonDetection {
+    pub class: usize,
+    pub name: String,
+    pub score: f32,
+    /// x1, y1, x2, y2 in the original image's pixels.
+    pub xyxy: [f32; 4],
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ImagePrediction {
+    pub image: PathBuf,
+    pub width: u32,
+    pub height: u32,
+    pub detections: Vec<JsonDetection>,
+}
+
+/// The images of `source`: the file itself, or the images of a folder (sorted, not recursive).
+pub fn sources(source: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if source.is_file() {
+        return Ok(vec![source.to_path_buf()]);
+    }
+    if !source.is_dir() {
+        anyhow::bail!("source={} does not exist (give an image or a folder of images)", source.display());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(source)
+        .with_context(|| format!("reading {}", source.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && img::is_image(p))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("source={} holds no images (jpg, jpeg, png, bmp)", source.display());
+    }
+    Ok(files)
+}
+
+/// Detections of one decoded image.
+pub fn detect(network: &Network, params: &ParamStore, image: &RgbImage, device: &Device, cfg: &PredictConfig) -> anyhow::Result<Vec<Det>> {
+    let (h, w) = cfg.imgsz;
+    let (boxed, ratio) = letterbox::apply(image, &mut Boxes::default(), h, w);
+    let plane = (h * w) as usize;
+    let mut chw = vec![0u8; 3 * plane];
+    for (p, px) in boxed.pixels().enumerate() {
+        for c in 0..3 {
+            chw[c * plane + p] = px.0[c];
+        }
+    }
+    let x = Tensor::<4, Int>::from_data(TensorData::new(chw, [1, 3, h as usize, w as usize]), device).float().div_scalar(255.0);
+    let cx = match cfg.compute {
+        Some(d) => Ctx::eval_in(params, d),
+        None => Ctx::eval(params),
+    };
+    let x = match cfg.compute {
+        Some(d) => x.cast(d),
+        None => x,
+    };
+    let head = network.head();
+    let pred = head.decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32);
+    let [_, _, a] = pred.dims();
+    let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(nms::detect(&values, head.nc, a, ratio, image.width(), image.height(), &cfg.nms))
+}
+
+/// Runs every image of `files`, writes `<out>/<file name>` annotated and
+/// `<out>/predictions.json`; unreadable images are skipped with a warning.
+pub fn run(
+    network: &Network,
+    params: &ParamStore,
+    names: &[String],
+    files: &[PathBuf],
+    out: &Path,
+    device: &Device,
+    cfg: &PredictConfig,
+) -> anyhow::Result<Vec<ImagePrediction>> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let bar = crate::train::progress::bar(files.len() as u64, "predict");
+    let mut all = vec![];
+    for file in files {
+        bar.inc(1);
+        let image = match img::decode(file) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!("skipping {}: {e}", file.display());
+                continue;
+            }
+        };
+        let dets = detect(network, params, &image, device, cfg)?;
+        let name_of = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
+        let mut annotated = image.clone();
+        draw(&mut annotated, &dets, &name_of)?;
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+        let target = out.join(format!("{stem}.jpg"));
+        annotated.save_with_format(&target, image::ImageFormat::Jpeg).with_context(|| format!("writing {}", target.display()))?;
+        all.push(ImagePrediction {
+            image: file.clone(),
+            width: image.width(),
+            height: image.height(),
+            detections: dets.iter().map(|d| JsonDetection { class: d.class, name: name_of(d.class), score: d.score, xyxy: d.xyxy }).collect(),
+        });
+    }
+    bar.finish_and_clear();
+    let json = out.join("predictions.json");
+    let tmp = out.join("predictions.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&all)?).and_then(|_| std::fs::rename(&tmp, &json)).with_context(|| format!("writing {}", json.display()))?;
+    Ok(all)
+}
+
+/// Boxes with "name score" labels in class colours, drawn with the bundled font.
+fn draw(image: &mut RgbImage, dets: &[Det], name_of: &dyn Fn(usize) -> String) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    crate::train::plots::ensure_font();
+    let (w, h) = image.dimensions();
+    let thickness = ((w.max(h) as f32 / 400.0).round() as u32).max(1);
+    let font_px = (w.max(h) as f64 / 40.0).clamp(10.0, 28.0);
+    let root = BitMapBackend::with_buffer(image.as_mut(), (w, h)).into_drawing_area();
+    for d in dets.iter().rev() {
+        let [r, g, b] = libreyolo_stages::data::preview::COLOURS[d.class % libreyolo_stages::data::preview::COLOURS.len()];
+        let colour = RGBColor(r, g, b);
+        let [x1, y1, x2, y2] = d.xyxy.map(|v| v.round() as i32);
+        root.draw(&Rectangle::new([(x1, y1), (x2, y2)], colour.stroke_width(thickness)))?;
+        let label = format!("{} {:.2}", name_of(d.class), d.score);
+        let style = ("sans-serif", font_px).into_font().color(&WHITE);
+        let (tw, th) = root.estimate_text_size(&label, &style)?;
+        let top = (y1 - th as i32 - 2).max(0);
+        root.draw(&Rectangle::new([(x1, top), (x1 + tw as i32 + 4, top + th as i32 + 2)], colour.filled()))?;
+        root.draw(&Text::new(label, (x1 + 2, top + 1), style))?;
+    }
+    root.present()?;
+    Ok(())
+}

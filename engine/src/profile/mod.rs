@@ -1,0 +1,244 @@
+//! The training profiler (LibreYOLO's `TrainStepProfiler` on the engine's terms): the executor
+//! calls a probe around every stage, so every stage of the manifest is a phase, plus `dataload`
+//! (the host waiting for the loader) and `readback` (the per-step read of the loss terms).
+//!
+//! The window: `warmup` steps discarded, then `max(2, steps)` measured; the first half
+//! unsynchronised (step time and dataloader stall; the verdict comes only from it), the second
+//! half with a device sync around each phase (composition), with the kernel observer installed
+//! (device times per kernel, attributed to phases). Then the report is printed and written, and
+//! the profiler is dropped: with `profile=false` the executor holds `None` and each probe is one
+//! branch on it.
+
+pub mod analysis;
+pub mod artifacts;
+pub mod kernels;
+pub mod timeline;
+pub mod trace;
+
+use std::time::Instant;
+
+use burn::tensor::Device;
+
+use analysis::{Measurements, Meta, PhaseSpan, Profile, StepRecord};
+use kernels::KernelRecorder;
+
+/// Where the window stands after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Measuring,
+    Done,
+}
+
+pub struct Profiler {
+    device: Device,
+    meta: Meta,
+    warmup: usize,
+    active: usize,
+    /// Steps seen since the profiler started (warm-up included).
+    seen: usize,
+    clock: Instant,
+    steps: Vec<StepRecord>,
+    current: Option<Open>,
+    kernels: Option<KernelRecorder>,
+    /// Whether the backend issues cubecl kernels the observer can time.
+    observe_kernels: bool,
+    pages_at_real_start: Option<u64>,
+    pages_per_step: Option<f64>,
+    peak_bytes: Option<u64>,
+    probe_ns: u128,
+}
+
+/// The step being measured.
+struct Open {
+    start: Instant,
+    fetched: Option<Instant>,
+    phase: Option<(String, Instant)>,
+    phases: Vec<PhaseSpan>,
+}
+
+impl Profiler {
+    /// `observe_kernels`: the device is a cubecl (CUDA) device.
+    pub fn new(device: Device, meta: Meta, warmup: usize, steps: usize, observe_kernels: bool) -> Self {
+        Self {
+            device,
+            meta,
+            warmup,
+            active: steps.max(2),
+            seen: 0,
+            clock: Instant::now(),
+            steps: vec![],
+            current: None,
+            kernels: None,
+            observe_kernels,
+            pages_at_real_start: None,
+            pages_per_step: None,
+            peak_bytes: None,
+            probe_ns: 0,
+        }
+    }
+
+    fn measured_index(&self) -> Option<usize> {
+        self.seen.checked_sub(self.warmup).filter(|&i| i < self.active)
+    }
+
+    fn synced(&self) -> bool {
+        self.measured_index().is_some_and(|i| i >= self.active / 2)
+    }
+
+    fn ms(&self, t: Instant) -> f64 {
+        t.duration_since(self.clock).as_secs_f64() * 1e3
+    }
+
+    /// Just before the batch fetch.
+    pub fn begin_step(&mut self) {
+        let Some(i) = self.measured_index() else { return };
+        if i == 0 {
+            self.pages_at_real_start = pool_pages(&self.device);
+        }
+        if i == self.active / 2 {
+            self.pages_per_step = self.pages_at_real_start.zip(pool_pages(&self.device)).map(|(a, b)| b.saturating_sub(a) as f64 / (self.active / 2).max(1) as f64);
+            if self.observe_kernels {
+                let _ = self.device.sync();
+                self.kernels = Some(KernelRecorder::start());
+            }
+        }
+        self.current = Some(Open { start: Instant::now(), fetched: None, phase: None, phases: vec![] });
+    }
+
+    /// The batch arrived.
+    pub fn fetched(&mut self) {
+        if let Some(open) = self.current.as_mut() {
+            open.fetched = Some(Instant::now());
+        }
+    }
+
+    /// A phase starts (a stage, or `readback`).
+    pub fn enter(&mut self, phase: &str) {
+        let synced = self.synced();
+        let step = self.seen;
+        let Some(open) = self.current.as_mut() else { return };
+        let t0 = Instant::now();
+        if synced {
+            let _ = self.device.sync();
+            if let Some(k) = &self.kernels {
+                k.enter(phase, step);
+            }
+        }
+        let now = Instant::now();
+        open.phase = Some((phase.to_string(), now));
+        if !synced {
+            self.probe_ns += now.duration_since(t0).as_nanos();
+        }
+    }
+
+    /// The phase entered last ends.
+    pub fn exit(&mut self) {
+        let synced = self.synced();
+        let Some(open) = self.current.as_mut() else { return };
+        let t0 = Instant::now();
+        if synced {
+            let _ = self.device.sync();
+            if let Some(k) = &self.kernels {
+                k.enter("unphased", 0);
+            }
+        }
+        let end = Instant::now();
+        if let Some((phase, start)) = open.phase.take() {
+            let start_ms = start.duration_since(self.clock).as_secs_f64() * 1e3;
+            open.phases.push(PhaseSpan { phase, start_ms, dur_ms: end.duration_since(start).as_secs_f64() * 1e3 });
+        }
+        if synced && let Some(u) = self.device.memory_pool_report() {
+            let peak: u64 = u.iter().map(|p| p.pages_peak * p.page_size).sum();
+            self.peak_bytes = Some(self.peak_bytes.unwrap_or(0).max(peak));
+        } else if !synced {
+            self.probe_ns += Instant::now().duration_since(t0).as_nanos();
+        }
+    }
+
+    /// The step ended (after `images` images); `Done` once the window is complete.
+    pub fn end_step(&mut self) -> Progress {
+        let synced = self.synced();
+        if let Some(open) = self.current.take() {
+            let end = Instant::now();
+            let start = self.ms(open.start);
+            let dataload_ms = open.fetched.map(|f| f.duration_since(open.start).as_secs_f64() * 1e3).unwrap_or(0.0);
+            self.steps.push(StepRecord {
+                index: self.seen,
+                synced,
+                start_ms: start,
+                dur_ms: end.duration_since(open.start).as_secs_f64() * 1e3,
+                dataload_ms,
+                phases: open.phases,
+            });
+        }
+        self.seen += 1;
+        if self.seen >= self.warmup + self.active { Progress::Done } else { Progress::Measuring }
+    }
+
+    /// A fetch found the epoch over: the open step is dropped, the next one starts afresh.
+    pub fn abandon_step(&mut self) {
+        self.current = None;
+    }
+
+    /// Ends the window: resolves kernel times and analyses.
+    pub fn finish(mut self) -> Profile {
+        let _ = self.device.sync();
+        let kernels = self.kernels.take().map(|k| k.finish(self.clock)).unwrap_or_default();
+        let real = self.steps.iter().filter(|s| !s.synced).count().max(1);
+        let m = Measurements {
+            steps: self.steps,
+            kernels,
+            kernel_timing: self.observe_kernels.then(|| "device (cubecl launch observer, deferred events)".to_string()),
+            pool_pages_per_step: self.pages_per_step,
+            peak_memory_mb: self.peak_bytes.map(|b| b as f64 / 1e6),
+            probe_overhead_us_per_step: self.probe_ns as f64 / 1e3 / real as f64,
+        };
+        analysis::analyse(self.meta, self.warmup, m)
+    }
+}
+
+/// Pages held by the device's memory pools (each new page is one device allocation).
+fn pool_pages(device: &Device) -> Option<u64> {
+    device.memory_pool_report().map(|r| r.iter().map(|p| p.pages).sum())
+}
+
+/// The report printed when the window completes.
+pub fn report(p: &Profile) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "profile: {} on {} (batch {}, {}, {})", p.meta.model, p.meta.device, p.meta.batch, p.meta.imgsz, p.meta.precision);
+    let _ = writeln!(
+        s,
+        "  step {:.2} ms ({:.1} img/s), dataload {:.2} ms ({:.0}%), window: {} warm-up, {} real, {} synced steps",
+        p.real.step_ms,
+        p.real.img_per_s,
+        p.real.dataload_ms,
+        p.real.dataload_frac * 100.0,
+        p.window.warmup,
+        p.window.real_steps,
+        p.window.synced_steps
+    );
+    match &p.kernel_timing {
+        Some(_) => {
+            let _ = writeln!(
+                s,
+                "  GPU util {:.0}% ({:.2} ms busy/step), {:.0} kernels/step at {:.1} us, host overhead {:.2} ms/step",
+                p.gpu_util * 100.0,
+                p.gpu_busy_ms_per_step,
+                p.kernels_per_step,
+                p.mean_kernel_us,
+                p.host_overhead_ms_per_step
+            );
+        }
+        None => {
+            let _ = writeln!(s, "  no kernel view on this device (CPU): utilisation counts as 0%");
+        }
+    }
+    if let Some(mb) = p.peak_memory_mb {
+        let _ = writeln!(s, "  peak pool memory {mb:.0} MB, {:.1} new pool pages/step", p.pool_pages_per_step.unwrap_or(0.0));
+    }
+    let _ = writeln!(s, "  phases (synced ms/step): {}", p.composition_ms.iter().map(|(k, v)| format!("{k} {v:.2}")).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(s, "  verdict: {} — {}", p.bound, p.bound_why);
+    let _ = write!(s, "  levers: {}", p.levers);
+    s
+}
