@@ -20,7 +20,7 @@ GPU_DIR=.gpu
 
 case "${1:-}" in
 pack)
-    cargo build --release -p libreyolo-run
+    cargo build --release # from the root: the workspace feature set (docs/build.md)
     mkdir -p "$GPU_DIR"
     strip -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
     xz -6 -T0 -f "$GPU_DIR/libreyolo-run"

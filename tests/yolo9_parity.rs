@@ -60,10 +60,22 @@ fn state_dict_keys_match_libreyolo() {
 #[test]
 fn eval_train_loss_and_gradients_match_on_cpu() {
     let (net, params) = build("yolo9t.toml", 80, false);
-    let report = parity::run(&fixture::default_dir(), &net, &params, &Device::flex()).unwrap();
+    let report = parity::run(&fixture::default_dir(), &net, &params, &Device::flex(), None).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
     let failures = report.failures();
     assert!(failures.is_empty(), "parity failures: {failures:#?}");
+}
+
+/// `parity --loss-device`: the loss on a device of its own, its map gradients carried back and
+/// chained through the network, gives the same figures (here both devices are the CPU).
+#[test]
+fn loss_on_its_own_device_matches_through_the_chain_rule() {
+    let (net, params) = build("yolo9t.toml", 80, false);
+    let report = parity::run(&fixture::default_dir(), &net, &params, &Device::flex(), Some(&Device::flex())).unwrap();
+    assert!(report.device.contains("loss on"), "{}", report.device);
+    let failures = report.failures();
+    assert!(failures.is_empty(), "parity failures: {failures:#?}");
+    assert!(report.loss.grads.len() == 16 && report.loss.grads_max_rel < 1e-3);
 }
 
 #[test]

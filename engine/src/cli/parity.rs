@@ -18,6 +18,11 @@ pub struct ParityArgs {
     fixture: Option<PathBuf>,
     #[arg(long, default_value = "auto")]
     device: DeviceRequest,
+    /// Run the loss (assignment, terms, its gradient) on this device and the network on
+    /// `--device`; parameter gradients follow by the chain rule. Checks the loss on a GPU
+    /// without the network's kernels.
+    #[arg(long)]
+    loss_device: Option<DeviceRequest>,
     /// Also write the report as JSON here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -32,7 +37,11 @@ pub fn run(args: &ParityArgs) -> Result<(), Failure> {
     let dir = args.fixture.clone().unwrap_or_else(crate::parity::fixture::default_dir);
     eprintln!("parity on {} with {}", device.describe(), dir.display());
     let start = std::time::Instant::now();
-    let report = crate::parity::run(&dir, &network, &params, &dev)?;
+    let loss_dev = match &args.loss_device {
+        Some(r) => Some(crate::device::resolve(r).map_err(anyhow::Error::msg)?.devices().remove(0)),
+        None => None,
+    };
+    let report = crate::parity::run(&dir, &network, &params, &dev, loss_dev.as_ref())?;
     let json = serde_json::to_string_pretty(&report).expect("report serializes");
     println!("{json}");
     eprintln!("parity took {:.1}s", start.elapsed().as_secs_f64());

@@ -132,14 +132,19 @@ pub fn yolo9_loss(nc: usize) -> Yolo9Loss {
 }
 
 /// Runs every parity check of `dir` with `network` (YOLOv9-t, nc 80) on `device`.
-pub fn run(dir: &Path, network: &Network, params: &ParamStore, device: &Device) -> anyhow::Result<ParityReport> {
+/// With `loss_device`, the network runs on `device` and the loss on `loss_device`.
+pub fn run(dir: &Path, network: &Network, params: &ParamStore, device: &Device, loss_device: Option<&Device>) -> anyhow::Result<ParityReport> {
     let io = Fixture::io(dir)?;
     let mut params = params.clone();
     libreyolo_families::weights::load_safetensors(&mut params, &dir.join("yolo9t_nc80.safetensors"), false)?;
     params.to_device(device);
     let network_parity = network_parity(&io, network, &params, device);
-    let loss = loss_parity(&io, network, &params, device);
-    Ok(ParityReport { device: format!("{device:?}"), network: network_parity, loss })
+    let loss = loss_parity(&io, network, &params, device, loss_device);
+    let device = match loss_device {
+        Some(l) => format!("network on {device:?}, loss on {l:?}"),
+        None => format!("{device:?}"),
+    };
+    Ok(ParityReport { device, network: network_parity, loss })
 }
 
 fn indices(io: &Fixture, name: &str) -> Vec<usize> {
@@ -220,12 +225,19 @@ fn rel(ours: &Tensor<1>, expected: f64) -> f64 {
     (v - expected).abs() / expected.abs().max(1e-12)
 }
 
-fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &Device) -> LossParity {
+/// The loss checks. The network runs on `device`; the loss (assignment, terms, and its
+/// gradient) on `loss_device` when given: its gradient w.r.t. the head maps is carried back and
+/// the parameter gradients follow by the chain rule on `device` (`parity --loss-device`).
+fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &Device, loss_device: Option<&Device>) -> LossParity {
     let cx = Ctx::train(params);
     let maps = network.forward(io.images(device), &cx, false).main;
     let t = io.get("targets");
-    let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), device);
-    let terms = yolo9_loss(network.head().nc).compute(&maps, &network.head().strides, targets);
+    let ldev = loss_device.unwrap_or(device);
+    let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), ldev);
+    // On another device the maps become leaves there, detached from the network's graph.
+    let leaves: Option<Vec<Tensor<4>>> =
+        loss_device.map(|d| maps.iter().map(|m| Tensor::<4>::from_data(m.to_data(), d).autodiff().require_grad()).collect());
+    let terms = yolo9_loss(network.head().nc).compute(leaves.as_ref().unwrap_or(&maps), &network.head().strides, targets);
 
     let (_, positive) = read(&terms.assignment.positive);
     let (_, gt_index) = read(&terms.assignment.gt_index.clone().float());
@@ -249,7 +261,23 @@ fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &De
         score_err = score_err.max((scores[i] as f64 - score[i]).abs());
     }
 
-    let grads = terms.total.backward();
+    let grads = match &leaves {
+        None => terms.total.backward(),
+        Some(leaves) => {
+            // d loss / d maps from the loss device, then sum(maps * dmaps) back through the network.
+            let loss_grads = terms.total.backward();
+            let surrogate = maps
+                .iter()
+                .zip(leaves)
+                .map(|(m, leaf)| {
+                    let g = leaf.grad(&loss_grads).expect("the loss depends on every map");
+                    m.clone().mul(Tensor::<4>::from_data(g.to_data(), device)).sum()
+                })
+                .reduce(|a, b| a.add(b))
+                .expect("three maps");
+            surrogate.backward()
+        }
+    };
     let ours = cx.gradients(&grads);
     let mut grad_errors = vec![];
     for name in io.names() {
