@@ -71,3 +71,13 @@ fn doctor_passes_on_the_cpu() {
     assert!(stdout.contains("\"passed\": true"), "{stdout}");
     assert!(stdout.contains("\"graph_replays_distinct\": true"), "{stdout}");
 }
+
+#[test]
+fn cuda_graph_on_the_cpu_logs_one_line_and_trains_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = format!("project={}", dir.path().display());
+    let out = run(&["manifests/yolo9t.toml", "cuda_graph=true", "device=cpu", "epochs=1", "imgsz=64", "batch=32", "val=false", &project]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("cuda_graph=true ignored (device is not CUDA); training runs eager.").count(), 1, "{stderr}");
+}

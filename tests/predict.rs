@@ -70,6 +70,21 @@ fn predict_writes_annotated_images_and_json() {
         assert_eq!((annotated.width() as f64, annotated.height() as f64), (w, h), "annotated copies keep the original size");
     }
 
+    // cuda_graph=true on the CPU: one line, and the run goes on eager with the same output.
+    let graphed = dir.path().join("graphed");
+    let out = bin()
+        .args(["predict", "manifests/yolo9t.toml", "imgsz=320", "device=cpu", "conf=0.001", "cuda_graph=true"])
+        .arg(format!("weights={}", weights.display()))
+        .arg(format!("source={}", source.display()))
+        .arg(format!("out={}", graphed.display()))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("cuda_graph requested but running eager for yolo9 (device is not CUDA)"), "{stderr}");
+    assert!(stdout.contains("cuda_graph: 0 graph(s) [], 3 eager run(s) (device is not CUDA)"), "{stdout}");
+    assert_eq!(std::fs::read(graphed.join("predictions.json")).unwrap().len(), std::fs::read(target.join("predictions.json")).unwrap().len());
+
     // max_det caps the detections of each image.
     let capped = dir.path().join("capped");
     let out = bin()
@@ -96,6 +111,8 @@ fn predict_errors_name_what_is_wrong() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("predict needs `source=PATH`"));
     let out = bin().args(["predict", "manifests/yolo9t.toml", "device=cpu", "weights=w.safetensors", "source=/no/such/dir"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("source=/no/such/dir does not exist"));
+    let out = bin().args(["predict", "manifests/yolo9t.toml", "device=cpu", "cuda_graph=sometimes", "weights=w", "source=."]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Invalid cuda_graph=sometimes. Expected true, false or 'auto'."));
     let out = bin().args(["predict", "manifests/yolo9t.toml", "device=cpu", "conf=2", "weights=w", "source=."]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("must lie in [0, 1]"));
     let out = bin().args(["predict", "manifests/yolo9t.toml", "device=cpu", "weights=/no/w.safetensors", "source=manifests"]).output().unwrap();

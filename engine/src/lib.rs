@@ -5,6 +5,7 @@
 //! [`device`].
 
 pub mod bench;
+pub mod capture;
 pub mod cli;
 pub mod dag;
 pub mod data;

@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
 use image::RgbImage;
-use libreyolo_families::{Ctx, Network, ParamStore};
+use libreyolo_families::{Network, ParamStore};
 use libreyolo_stages::data::augment::{Boxes, letterbox};
 use libreyolo_stages::data::image as img;
 use libreyolo_stages::val::nms::{self, Det, NmsConfig};
 use serde::Serialize;
+
+use crate::capture::CaptureManager;
+use crate::capture::forward::{Forward, ForwardGraph};
 
 /// What `predict` needs besides the network: thresholds and the input size.
 #[derive(Debug, Clone)]
@@ -60,8 +63,8 @@ pub fn sources(source: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Detections of one decoded image.
-pub fn detect(network: &Network, params: &ParamStore, image: &RgbImage, device: &Device, cfg: &PredictConfig) -> anyhow::Result<Vec<Det>> {
+/// The letterboxed image as a (1, 3, H, W) tensor in [0, 1], and the letterbox ratio.
+fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor<4>, f32) {
     let (h, w) = cfg.imgsz;
     let (boxed, ratio) = letterbox::apply(image, &mut Boxes::default(), h, w);
     let plane = (h * w) as usize;
@@ -72,31 +75,39 @@ pub fn detect(network: &Network, params: &ParamStore, image: &RgbImage, device: 
         }
     }
     let x = Tensor::<4, Int>::from_data(TensorData::new(chw, [1, 3, h as usize, w as usize]), device).float().div_scalar(255.0);
-    let cx = match cfg.compute {
-        Some(d) => Ctx::eval_in(params, d),
-        None => Ctx::eval(params),
-    };
-    let x = match cfg.compute {
-        Some(d) => x.cast(d),
-        None => x,
-    };
-    let head = network.head();
-    let pred = head.decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32);
+    (x, ratio)
+}
+
+/// Detections of one decoded image; the forward goes through `graphs` (capture, replay or eager).
+pub fn detect<'a>(
+    network: &'a Network,
+    params: &'a ParamStore,
+    image: &RgbImage,
+    device: &'a Device,
+    cfg: &PredictConfig,
+    graphs: &mut CaptureManager<ForwardGraph<'a>>,
+) -> anyhow::Result<Vec<Det>> {
+    let (x, ratio) = preprocess(image, device, cfg);
+    let mut forward = Forward { network, params, compute: cfg.compute, device, input: x };
+    let key = forward.key();
+    let pred = graphs.run(&key, &mut forward);
     let [_, _, a] = pred.dims();
     let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    Ok(nms::detect(&values, head.nc, a, ratio, image.width(), image.height(), &cfg.nms))
+    Ok(nms::detect(&values, network.head().nc, a, ratio, image.width(), image.height(), &cfg.nms))
 }
 
 /// Runs every image of `files`, writes `<out>/<file name>` annotated and
 /// `<out>/predictions.json`; unreadable images are skipped with a warning.
-pub fn run(
-    network: &Network,
-    params: &ParamStore,
+#[allow(clippy::too_many_arguments)]
+pub fn run<'a>(
+    network: &'a Network,
+    params: &'a ParamStore,
     names: &[String],
     files: &[PathBuf],
     out: &Path,
-    device: &Device,
+    device: &'a Device,
     cfg: &PredictConfig,
+    graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<ImagePrediction>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let bar = crate::train::progress::bar(files.len() as u64, "predict");
@@ -110,7 +121,7 @@ pub fn run(
                 continue;
             }
         };
-        let dets = detect(network, params, &image, device, cfg)?;
+        let dets = detect(network, params, &image, device, cfg, graphs)?;
         let name_of = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
         let mut annotated = image.clone();
         draw(&mut annotated, &dets, &name_of)?;

@@ -119,7 +119,15 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         return Ok(());
     }
     if loaded.manifest.capture.enabled {
-        tracing::warn!("cuda_graph=true ignored (CUDA-graph capture of the training step is not implemented yet); training runs eager");
+        // LibreYOLO's enablement reasons, one line, and the run goes on eager.
+        let reason = if device.backend != crate::device::Backend::Cuda {
+            "device is not CUDA"
+        } else if device.ids.len() > 1 {
+            "distributed training is not supported yet"
+        } else {
+            "training-step capture is not wired into the executor in this build"
+        };
+        tracing::warn!("cuda_graph=true ignored ({reason}); training runs eager.");
     }
     if device.ids.len() > 1 {
         tracing::warn!("device={} asks for {} GPUs; multi-GPU training is not implemented yet, training on cuda:{}", loaded.manifest.run.device, device.ids.len(), device.ids[0]);

@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::Failure;
 use crate::manifest::{self, KeyPath, Part};
+use crate::capture::{CaptureManager, GraphMode};
 use crate::predict::{self, PredictConfig};
 use libreyolo_stages::val::nms::NmsConfig;
 
@@ -30,10 +31,11 @@ struct Own {
     iou: f32,
     max_det: usize,
     out: Option<PathBuf>,
+    cuda_graph: GraphMode,
 }
 
 fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
-    let mut own = Own { source: None, conf: 0.25, iou: 0.45, max_det: 300, out: None };
+    let mut own = Own { source: None, conf: 0.25, iou: 0.45, max_det: 300, out: None, cuda_graph: GraphMode::Off };
     let mut rest = vec![];
     for s in settings {
         let Some((k, v)) = s.split_once('=') else {
@@ -49,6 +51,7 @@ fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
             "conf" => own.conf = number("a number in [0, 1]")? as f32,
             "iou" => own.iou = number("a number in [0, 1]")? as f32,
             "max_det" => own.max_det = number("a positive integer")? as usize,
+            "cuda_graph" => own.cuda_graph = GraphMode::parse(v).map_err(anyhow::Error::msg)?,
             _ => rest.push(s.clone()),
         }
     }
@@ -96,7 +99,29 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
         numbered(&runs.join("predict"), "predict")
     });
     let start = std::time::Instant::now();
-    let results = predict::run(&network, &params, &names, &files, &out, &device, &cfg)?;
+    // LibreYOLO's GraphRunner: at most 8 graphs; `true` captures a shape on first use, `auto`
+    // on its third; a failure logs once and the rest runs eager.
+    let mut graphs = match own.cuda_graph {
+        GraphMode::Off => CaptureManager::disabled("predict forward", "cuda_graph=false".into()),
+        _ if resolved.backend != crate::device::Backend::Cuda => {
+            let reason = "device is not CUDA".to_string();
+            tracing::warn!("cuda_graph requested but running eager for {} ({reason})", m.model.family);
+            CaptureManager::disabled("predict forward", reason)
+        }
+        mode => CaptureManager::new("predict forward", mode.threshold(), 8),
+    };
+    let results = predict::run(&network, &params, &names, &files, &out, &device, &cfg, &mut graphs)?;
+    if own.cuda_graph != GraphMode::Off {
+        let info = graphs.info();
+        let captured: Vec<String> = info.captured.iter().map(|g| format!("{:?} {} x{} replays", g.key.dims, g.key.dtype, g.replays)).collect();
+        println!(
+            "cuda_graph: {} graph(s) [{}], {} eager run(s){}",
+            info.graph_count,
+            captured.join("; "),
+            info.eager_runs,
+            info.fallback_reason.map(|r| format!(" ({r})")).unwrap_or_default()
+        );
+    }
     let n: usize = results.iter().map(|r| r.detections.len()).sum();
     println!(
         "predicted {} image(s) on {} in {:.2}s: {n} detection(s) (conf {}, iou {}); wrote {}/ and {}",

@@ -1,0 +1,330 @@
+//! The capture manager: when to capture a CUDA graph, when to replay it and when to run eager
+//! (design.md's capture contract, LibreYOLO's `TrainGraphManager` / `GraphRunner` semantics).
+//!
+//! * Shapes are counted per key (input dims and dtype); a key is captured when it has been seen
+//!   `threshold` times (3 = LibreYOLO's `auto`, 1 = capture on first use); hits replay, misses
+//!   run eager.
+//! * At most `max_graphs` graphs; when full, new shapes run eager (one warning), like the
+//!   reference. Graphs guard their memory for life, so an LRU that re-captures would trade
+//!   memory churn and capture time for little.
+//! * A capture or replay failure logs one line and drops the rest of the run to eager; it
+//!   never fails the run. `invalidate` drops every graph and resets the counts, so capture
+//!   happens again at the threshold.
+//!
+//! What a graph is and how it runs is the caller's [`GraphOps`]: the real one records burn
+//! graphs on CUDA ([`forward`]); the tests inject failures through their own.
+
+pub mod forward;
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+/// What identifies a graph: the input's dims and dtype.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct ShapeKey {
+    pub dims: Vec<usize>,
+    pub dtype: String,
+}
+
+/// How a captured computation is run.
+pub trait GraphOps<G, T> {
+    /// The computation without a graph.
+    fn eager(&mut self) -> T;
+    /// Records a graph for the current input (warm-up included); its side effects must be
+    /// undone by the implementation (e.g. BatchNorm statistics).
+    fn capture(&mut self) -> Result<G, String>;
+    /// Writes the current input into the graph's stable buffers and replays it.
+    fn replay(&mut self, graph: &mut G) -> Result<T, String>;
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CapturedGraph {
+    pub key: ShapeKey,
+    pub replays: u64,
+}
+
+/// LibreYOLO's `graph_info()`: what was captured and how often it ran.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GraphInfo {
+    pub what: String,
+    pub captured: Vec<CapturedGraph>,
+    pub graph_count: usize,
+    pub max_graphs: usize,
+    pub eager_runs: u64,
+    /// Eager runs of a shape other than a captured one (or while full).
+    pub eager_fallbacks: u64,
+    pub fallback_reason: Option<String>,
+}
+
+pub struct CaptureManager<G> {
+    what: String,
+    threshold: u32,
+    max_graphs: usize,
+    seen: HashMap<ShapeKey, u32>,
+    graphs: Vec<(ShapeKey, G, u64)>,
+    disabled: Option<String>,
+    eager_runs: u64,
+    eager_fallbacks: u64,
+    warned_full: bool,
+}
+
+impl<G> CaptureManager<G> {
+    /// `what` names the captured region in logs ("training step", "predict forward").
+    pub fn new(what: &str, threshold: u32, max_graphs: usize) -> Self {
+        Self {
+            what: what.into(),
+            threshold: threshold.max(1),
+            max_graphs: max_graphs.max(1),
+            seen: HashMap::new(),
+            graphs: vec![],
+            disabled: None,
+            eager_runs: 0,
+            eager_fallbacks: 0,
+            warned_full: false,
+        }
+    }
+
+    /// A manager that never captures, with the reason (logged once by the caller).
+    pub fn disabled(what: &str, reason: String) -> Self {
+        let mut m = Self::new(what, 1, 1);
+        m.disabled = Some(reason);
+        m
+    }
+
+    pub fn is_disabled(&self) -> bool {
+        self.disabled.is_some()
+    }
+
+    /// Runs one step for `key`: replay, capture or eager.
+    pub fn run<T>(&mut self, key: &ShapeKey, ops: &mut impl GraphOps<G, T>) -> T {
+        if self.disabled.is_some() {
+            self.eager_runs += 1;
+            return ops.eager();
+        }
+        if let Some(i) = self.graphs.iter().position(|(k, _, _)| k == key) {
+            let (_, graph, replays) = &mut self.graphs[i];
+            match ops.replay(graph) {
+                Ok(out) => {
+                    *replays += 1;
+                    return out;
+                }
+                Err(e) => {
+                    let first = *replays == 0;
+                    self.disable(format!("{}graph replay failed: {e}", if first { "first " } else { "" }));
+                    self.eager_runs += 1;
+                    return ops.eager();
+                }
+            }
+        }
+        let seen = self.seen.entry(key.clone()).or_insert(0);
+        *seen += 1;
+        if *seen >= self.threshold {
+            if self.graphs.len() >= self.max_graphs {
+                if !self.warned_full {
+                    tracing::warn!("cuda_graph: {} already holds {} graph(s) (max_graphs); other shapes run eager", self.what, self.max_graphs);
+                    self.warned_full = true;
+                }
+            } else {
+                match ops.capture() {
+                    Ok(mut graph) => {
+                        tracing::info!("cuda_graph: captured {} at input shape {:?} ({})", self.what, key.dims, key.dtype);
+                        match ops.replay(&mut graph) {
+                            Ok(out) => {
+                                self.graphs.push((key.clone(), graph, 1));
+                                return out;
+                            }
+                            Err(e) => self.disable(format!("first graph replay failed: {e}")),
+                        }
+                    }
+                    Err(e) => self.disable(format!("graph capture failed: {e}")),
+                }
+                self.eager_runs += 1;
+                return ops.eager();
+            }
+        }
+        self.eager_runs += 1;
+        if !self.graphs.is_empty() || self.warned_full {
+            self.eager_fallbacks += 1;
+        }
+        ops.eager()
+    }
+
+    /// Drops every graph and the shape counts: capture happens again at the threshold.
+    pub fn invalidate(&mut self, reason: &str) {
+        if self.disabled.is_some() {
+            return;
+        }
+        self.graphs.clear();
+        self.seen.clear();
+        self.warned_full = false;
+        tracing::info!("cuda_graph: capture invalidated ({reason}); will re-capture");
+    }
+
+    /// Permanently eager from now on, with one warning.
+    fn disable(&mut self, reason: String) {
+        tracing::warn!("cuda_graph {} capture disabled, falling back to eager: {reason}", self.what);
+        self.graphs.clear();
+        self.disabled = Some(reason);
+    }
+
+    pub fn info(&self) -> GraphInfo {
+        GraphInfo {
+            what: self.what.clone(),
+            captured: self.graphs.iter().map(|(k, _, r)| CapturedGraph { key: k.clone(), replays: *r }).collect(),
+            graph_count: self.graphs.len(),
+            max_graphs: self.max_graphs,
+            eager_runs: self.eager_runs,
+            eager_fallbacks: self.eager_fallbacks,
+            fallback_reason: self.disabled.clone(),
+        }
+    }
+}
+
+/// `cuda_graph=true|false|auto` (predict), as LibreYOLO parses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphMode {
+    Off,
+    /// Capture on the first use of each shape.
+    On,
+    /// Capture once a shape has repeated 3 times.
+    Auto,
+}
+
+impl GraphMode {
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "false" | "0" | "off" => Ok(GraphMode::Off),
+            "true" | "1" | "on" => Ok(GraphMode::On),
+            "auto" => Ok(GraphMode::Auto),
+            _ => Err(format!("Invalid cuda_graph={value}. Expected true, false or 'auto'.")),
+        }
+    }
+
+    /// The shape-count threshold of this mode.
+    pub fn threshold(self) -> u32 {
+        match self {
+            GraphMode::Auto => 3,
+            _ => 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failure injection: a computation whose capture or replay fail on demand.
+    #[derive(Default)]
+    struct Injected {
+        fail_capture: bool,
+        fail_replay_after: Option<u32>,
+        replays: u32,
+        captures: u32,
+        eager: u32,
+    }
+
+    impl GraphOps<u32, &'static str> for Injected {
+        fn eager(&mut self) -> &'static str {
+            self.eager += 1;
+            "eager"
+        }
+        fn capture(&mut self) -> Result<u32, String> {
+            self.captures += 1;
+            if self.fail_capture { Err("injected capture failure".into()) } else { Ok(self.captures) }
+        }
+        fn replay(&mut self, _g: &mut u32) -> Result<&'static str, String> {
+            if self.fail_replay_after.is_some_and(|n| self.replays >= n) {
+                return Err("injected replay failure".into());
+            }
+            self.replays += 1;
+            Ok("replay")
+        }
+    }
+
+    fn key(b: usize) -> ShapeKey {
+        ShapeKey { dims: vec![b, 3, 640, 640], dtype: "bf16".into() }
+    }
+
+    #[test]
+    fn captures_at_the_threshold_and_replays_hits() {
+        let mut m = CaptureManager::new("training step", 3, 1);
+        let mut ops = Injected::default();
+        let runs: Vec<_> = (0..5).map(|_| m.run(&key(16), &mut ops)).collect();
+        // 1st and 2nd eager, the 3rd captures and is served by the graph.
+        assert_eq!(runs, ["eager", "eager", "replay", "replay", "replay"]);
+        assert_eq!((ops.captures, ops.eager), (1, 2));
+        // Another shape (the last partial batch) runs eager: at most one graph.
+        for _ in 0..4 {
+            assert_eq!(m.run(&key(8), &mut ops), "eager");
+        }
+        let info = m.info();
+        assert_eq!(info.graph_count, 1);
+        assert_eq!(info.captured[0].replays, 3);
+        assert_eq!(info.eager_fallbacks, 4);
+        assert!(info.fallback_reason.is_none());
+    }
+
+    #[test]
+    fn a_capture_failure_drops_the_run_to_eager() {
+        let mut m = CaptureManager::new("training step", 1, 2);
+        let mut ops = Injected { fail_capture: true, ..Default::default() };
+        assert_eq!(m.run(&key(16), &mut ops), "eager");
+        assert!(m.is_disabled());
+        ops.fail_capture = false;
+        for _ in 0..3 {
+            assert_eq!(m.run(&key(16), &mut ops), "eager");
+        }
+        assert_eq!(ops.captures, 1, "never retried");
+        assert!(m.info().fallback_reason.unwrap().starts_with("graph capture failed: injected"));
+    }
+
+    #[test]
+    fn a_replay_failure_mid_run_drops_to_eager() {
+        let mut m = CaptureManager::new("training step", 1, 1);
+        let mut ops = Injected { fail_replay_after: Some(3), ..Default::default() };
+        let runs: Vec<_> = (0..6).map(|_| m.run(&key(16), &mut ops)).collect();
+        assert_eq!(runs, ["replay", "replay", "replay", "eager", "eager", "eager"]);
+        assert_eq!(m.info().fallback_reason.as_deref(), Some("graph replay failed: injected replay failure"));
+        assert_eq!(m.info().graph_count, 0);
+
+        let mut m = CaptureManager::new("predict forward", 1, 1);
+        let mut ops = Injected { fail_replay_after: Some(0), ..Default::default() };
+        assert_eq!(m.run(&key(1), &mut ops), "eager");
+        assert_eq!(m.info().fallback_reason.as_deref(), Some("first graph replay failed: injected replay failure"));
+    }
+
+    #[test]
+    fn invalidation_recaptures_at_the_threshold() {
+        let mut m = CaptureManager::new("training step", 2, 1);
+        let mut ops = Injected::default();
+        assert_eq!([m.run(&key(16), &mut ops), m.run(&key(16), &mut ops)], ["eager", "replay"]);
+        m.invalidate("the captured region changed");
+        assert_eq!(m.info().graph_count, 0);
+        assert_eq!([m.run(&key(16), &mut ops), m.run(&key(16), &mut ops), m.run(&key(16), &mut ops)], ["eager", "replay", "replay"]);
+        assert_eq!(ops.captures, 2);
+    }
+
+    #[test]
+    fn max_graphs_bounds_the_graphs_and_the_rest_runs_eager() {
+        let mut m = CaptureManager::new("predict forward", 1, 2);
+        let mut ops = Injected::default();
+        for b in [1, 2, 3, 1, 2, 3] {
+            m.run(&key(b), &mut ops);
+        }
+        let info = m.info();
+        assert_eq!(info.graph_count, 2);
+        assert_eq!(ops.captures, 2);
+        assert_eq!(info.eager_fallbacks, 2, "shape 3 twice");
+    }
+
+    #[test]
+    fn graph_mode_parses_like_libreyolo() {
+        assert_eq!(GraphMode::parse("True"), Ok(GraphMode::On));
+        assert_eq!(GraphMode::parse("false"), Ok(GraphMode::Off));
+        assert_eq!(GraphMode::parse("auto").map(|m| m.threshold()), Ok(3));
+        assert_eq!(GraphMode::parse("sometimes"), Err("Invalid cuda_graph=sometimes. Expected true, false or 'auto'.".into()));
+        let m: CaptureManager<u32> = CaptureManager::disabled("x", "device is not CUDA".into());
+        assert!(m.is_disabled());
+    }
+}
