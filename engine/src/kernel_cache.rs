@@ -4,7 +4,8 @@
 //! network); cubecl can persist both. By default cubecl stores them under the outermost Cargo
 //! workspace's `target/` or the user cache; we pin one directory so that a run outside the
 //! source tree (the GPU machine) and a run inside it share the cache, and so it can be carried
-//! between machines.
+//! between machines. Each warm-up also appends its autotune decisions and kernel compilations
+//! there (`autotune-decisions.jsonl`, `compilations.log`), so warm-up cost can be attributed.
 
 use std::path::PathBuf;
 
@@ -40,5 +41,14 @@ pub fn configure() -> Option<PathBuf> {
     // Environment overrides (CUBECL_AUTOTUNE_LEVEL, CUBECL_DEBUG_LOG, ...) still apply.
     let mut config = CubeClRuntimeConfig::default().override_from_env();
     config.environment.path = cubecl_environment::persistence::CacheConfig::Directory(dir.clone());
+    // One JSON line per autotune decision (key, every candidate's time, the winner) and one log
+    // line per kernel compilation, beside the cache: what a warm-up spent its time on.
+    if !config.autotune.decisions_enabled() {
+        config.autotune.decisions.file = Some(dir.join("autotune-decisions.jsonl"));
+    }
+    if config.compilation.logger.file.is_none() && !config.compilation.logger.stdout && !config.compilation.logger.stderr {
+        config.compilation.logger.file = Some(dir.join("compilations.log"));
+        config.compilation.logger.level = cubecl_runtime::config::compilation::CompilationLogLevel::Basic;
+    }
     CubeClRuntimeConfig::try_set(config).then_some(dir)
 }

@@ -29,6 +29,21 @@ pub struct BatchStats {
     pub var_unbiased: Tensor<1>,
 }
 
+/// One operation of a forward, recorded when tracing: the exact layer shapes of a network, for
+/// the op-level benchmark (`bench ops`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TracedOp {
+    /// A convolution on `input`; `bn_act` when BatchNorm and SiLU follow (LibreYOLO's Conv).
+    Conv { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, bias: bool, bn: bool, act: bool },
+    MaxPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
+    /// A SiLU that does not follow a Conv block (RepConvN's, after the branch sum).
+    Silu { input: [usize; 4] },
+    AvgPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
+    Upsample { input: [usize; 4], scale: usize },
+    /// Concatenation along channels.
+    Concat { inputs: Vec<[usize; 4]> },
+}
+
 /// Forward context.
 pub struct Ctx {
     /// What the forward reads (in the compute dtype).
@@ -37,6 +52,8 @@ pub struct Ctx {
     leaves: Vec<Live>,
     training: bool,
     batch_stats: RefCell<Vec<BatchStats>>,
+    /// The operations of the forward, when tracing.
+    trace: RefCell<Option<Vec<TracedOp>>>,
 }
 
 impl Ctx {
@@ -92,7 +109,31 @@ impl Ctx {
                 Live::None => Live::None,
             })
             .collect();
-        Self { live, leaves, training, batch_stats: RefCell::new(vec![]) }
+        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None) }
+    }
+
+    /// Records the forward's operations (see [`take_trace`](Self::take_trace)).
+    pub fn tracing(self) -> Self {
+        *self.trace.borrow_mut() = Some(vec![]);
+        self
+    }
+
+    /// Notes `op` when tracing (a no-op otherwise).
+    pub fn trace(&self, op: impl FnOnce() -> TracedOp) {
+        if let Some(ops) = self.trace.borrow_mut().as_mut() {
+            ops.push(op());
+        }
+    }
+
+    /// Concatenates along channels (traced).
+    pub fn cat(&self, tensors: Vec<Tensor<4>>) -> Tensor<4> {
+        self.trace(|| TracedOp::Concat { inputs: tensors.iter().map(|t| t.dims()).collect() });
+        Tensor::cat(tensors, 1)
+    }
+
+    /// The operations traced so far.
+    pub fn take_trace(&self) -> Vec<TracedOp> {
+        self.trace.borrow_mut().as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     pub fn training(&self) -> bool {

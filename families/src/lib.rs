@@ -8,7 +8,7 @@ pub mod params;
 pub mod topology;
 pub mod weights;
 
-pub use ctx::{BatchStats, Ctx};
+pub use ctx::{BatchStats, Ctx, TracedOp};
 pub use network::{HeadMaps, Network};
 pub use params::{ParamId, ParamStore, Role, Value};
 pub use topology::{LayerSpec, TopologyError};

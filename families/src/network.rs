@@ -8,7 +8,7 @@ use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn::tensor::{Device, Tensor};
 
 use crate::blocks::{ADown, AConv, Conv, ConvShape, DDetect, Elan, RepNCSPELAN, SPPELAN};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, TracedOp};
 use crate::params::{BuildState, ParamStore};
 use crate::topology::{Arg, INPUT, LayerSpec, Sources, TopologyError};
 
@@ -252,7 +252,7 @@ impl Network {
                     if Some(i) == self.aux_head { aux = Some(maps) } else { main = Some(maps) }
                 }
                 block => {
-                    let x = if matches!(block, Block::Concat) { Tensor::cat(inputs, 1) } else { inputs.remove(0) };
+                    let x = if matches!(block, Block::Concat) { cx.cat(inputs) } else { inputs.remove(0) };
                     values[i] = Some(match block {
                         Block::Conv(m) => m.forward(x, cx),
                         Block::Elan(m) => m.forward(x, cx),
@@ -261,7 +261,10 @@ impl Network {
                         Block::ADown(m) => m.forward(x, cx),
                         Block::SPPELAN(m) => m.forward(x, cx),
                         Block::Upsample(s) => interpolate(
-                            x,
+                            {
+                                cx.trace(|| TracedOp::Upsample { input: x.dims(), scale: *s });
+                                x
+                            },
                             InterpolateOptions::new(InterpolateMode::Nearest).with_scale_factor([*s as f32, *s as f32]),
                         ),
                         Block::Concat => x,

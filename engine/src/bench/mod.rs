@@ -3,6 +3,7 @@
 
 pub mod loss;
 pub mod network;
+pub mod ops;
 
 use std::time::Instant;
 

@@ -42,6 +42,18 @@ enum BenchWhat {
         #[arg(long)]
         forward_only: bool,
     },
+    /// Every op of the network's training step at its exact shapes (conv forward, input- and
+    /// weight-gradient, BatchNorm and SiLU forward+backward, pools, upsample, concat), per unique
+    /// shape and totalled per step; `bench/torch_ops.py` times the same list in PyTorch.
+    Ops {
+        #[arg(long, default_value = "manifests/yolo9t.toml")]
+        manifest: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
+        dtype: Vec<Dtype>,
+        /// Write the op list (shapes and counts) as JSON here and stop (input of torch_ops.py).
+        #[arg(long, value_name = "FILE")]
+        spec: Option<PathBuf>,
+    },
     /// The YOLOv9 loss, eager and inside a captured CUDA graph.
     Loss {
         #[arg(long, default_value_t = 80)]
@@ -99,6 +111,55 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             }
             bench::print_table(&format!("network ({})", manifest.display()), &rows);
             rows
+        }
+        BenchWhat::Ops { manifest, dtype, spec } => {
+            let loaded = crate::manifest::load(manifest, &[])?;
+            let with_aux = loaded.manifest.model.aux_weight > 0.0;
+            let (network, params) = crate::network::build(&loaded, 80, with_aux, &burn::tensor::Device::flex())?;
+            let ops = bench::ops::network_ops(&network, &params, with_aux, args.batch, args.imgsz, args.imgsz);
+            let launches: usize = ops.iter().map(|o| o.count).sum();
+            eprintln!("{} unique ops, {launches} launches per training step (b{} {}px)", ops.len(), args.batch, args.imgsz);
+            if let Some(path) = spec {
+                let json = serde_json::json!({"batch": args.batch, "imgsz": args.imgsz, "manifest": manifest, "with_aux": with_aux, "reps": bench::ops::REPS, "ops": ops});
+                std::fs::write(path, serde_json::to_string_pretty(&json).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+                println!("wrote {} ({} unique ops)", path.display(), ops.len());
+                return Ok(());
+            }
+            let mut all = vec![];
+            let mut network_rows = vec![];
+            for d in dtype {
+                all.extend(bench::ops::run(&ops, (*d).into(), &dev, args.warmup, args.iters));
+                // The whole network (no PGI branch) for the same table.
+                let cfg = bench::network::NetworkBench {
+                    batch: args.batch,
+                    height: args.imgsz,
+                    width: args.imgsz,
+                    dtype: (*d).into(),
+                    warmup: args.warmup,
+                    iters: args.iters,
+                    train: true,
+                };
+                let (plain, plain_params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
+                let t = bench::network::run(&cfg, &plain, &plain_params, &dev);
+                let dt = format!("{:?}", FloatDType::from(*d));
+                for (timing, category) in t.iter().zip(["network forward (eval)", "network forward+backward"]) {
+                    network_rows.push(serde_json::json!({"category": category, "dtype": dt, "ms": timing.mean_ms, "first_s": timing.first_s}));
+                }
+            }
+            println!("\nops of one training step ({}, b{} {}px): ms per step = ms per launch x launches\n", manifest.display(), args.batch, args.imgsz);
+            println!("| op | dtype | launches/step | ms/step |");
+            println!("|---|---|---:|---:|");
+            for (cat, d, ms, n) in bench::ops::totals(&all) {
+                println!("| {cat} | {d} | {n} | {ms:.3} |");
+            }
+            for r in &network_rows {
+                println!("| {} | {} | 1 | {:.3} |", r["category"].as_str().unwrap_or(""), r["dtype"].as_str().unwrap_or(""), r["ms"].as_f64().unwrap_or(f64::NAN));
+            }
+            if let Some(path) = &args.json {
+                let report = serde_json::json!({"device": device.describe(), "kernel_cache": kernel_cache, "batch": args.batch, "imgsz": args.imgsz, "ops": all, "network": network_rows});
+                std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+            }
+            return Ok(());
         }
         BenchWhat::Loss { nc, boxes } => {
             let cfg = bench::loss::LossBench {

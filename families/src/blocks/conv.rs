@@ -7,7 +7,7 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 
 use super::batch_norm::BatchNorm;
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, TracedOp};
 use crate::params::{Builder, ParamId};
 
 /// Shape of a convolution.
@@ -35,6 +35,10 @@ impl ConvShape {
     pub fn padding(mut self, padding: usize) -> Self {
         self.padding = padding;
         self
+    }
+
+    fn traced(&self, input: [usize; 4], bias: bool, bn: bool, act: bool) -> TracedOp {
+        TracedOp::Conv { input, c_out: self.c_out, k: self.k, stride: self.stride, padding: self.padding, groups: self.groups, bias, bn, act }
     }
 
     fn options(&self) -> ConvOptions<2> {
@@ -68,6 +72,7 @@ impl Conv {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+        cx.trace(|| self.shape.traced(x.dims(), false, true, self.act));
         let y = self.bn.forward(conv2d(x, cx.rank4(self.weight), None, self.shape.options()), cx);
         if self.act { silu(y) } else { y }
     }
@@ -98,6 +103,7 @@ impl Conv2d {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+        cx.trace(|| self.shape.traced(x.dims(), true, false, false));
         conv2d(x, cx.rank4(self.weight), Some(cx.rank1(self.bias)), self.shape.options())
     }
 }

@@ -84,7 +84,7 @@ impl DDetect {
         features
             .iter()
             .zip(self.box_towers.iter().zip(&self.class_towers))
-            .map(|(f, (bt, ct))| Tensor::cat(vec![bt.forward(f.clone(), cx), ct.forward(f.clone(), cx)], 1))
+            .map(|(f, (bt, ct))| cx.cat(vec![bt.forward(f.clone(), cx), ct.forward(f.clone(), cx)]))
             .collect()
     }
 

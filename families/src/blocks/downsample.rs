@@ -5,12 +5,13 @@ use burn::tensor::module::{avg_pool2d, max_pool2d};
 use burn::tensor::ops::{AvgPoolOptions, MaxPoolOptions};
 
 use super::conv::{Conv, ConvShape};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, TracedOp};
 use crate::params::Builder;
 
 /// 2x2 average pool with stride 1 (PyTorch `avg_pool2d(x, 2, 1, 0)`): a smoothing step
 /// before the strided conv.
-fn smooth(x: Tensor<4>) -> Tensor<4> {
+fn smooth(x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+    cx.trace(|| TracedOp::AvgPool { input: x.dims(), k: 2, stride: 1, padding: 0 });
     avg_pool2d(x, AvgPoolOptions::new([2, 2]).with_stride([1, 1]).with_count_include_pad(true))
 }
 
@@ -26,7 +27,7 @@ impl AConv {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
-        self.cv.forward(smooth(x), cx)
+        self.cv.forward(smooth(x, cx), cx)
     }
 }
 
@@ -48,9 +49,10 @@ impl ADown {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
-        let halves = smooth(x).chunk(2, 1);
+        let halves = smooth(x, cx).chunk(2, 1);
         let a = self.cv1.forward(halves[0].clone(), cx);
+        cx.trace(|| TracedOp::MaxPool { input: halves[1].dims(), k: 3, stride: 2, padding: 1 });
         let pooled = max_pool2d(halves[1].clone(), MaxPoolOptions::new([3, 3]).with_stride([2, 2]).with_padding([1, 1]));
-        Tensor::cat(vec![a, self.cv2.forward(pooled, cx)], 1)
+        cx.cat(vec![a, self.cv2.forward(pooled, cx)])
     }
 }

@@ -5,7 +5,7 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
 
 use super::conv::{Conv, ConvShape};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, TracedOp};
 use crate::params::Builder;
 
 #[derive(Debug, Clone)]
@@ -23,6 +23,8 @@ impl RepConvN {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
-        silu(self.conv1.forward(x.clone(), cx).add(self.conv2.forward(x, cx)))
+        let y = self.conv1.forward(x.clone(), cx).add(self.conv2.forward(x, cx));
+        cx.trace(|| TracedOp::Silu { input: y.dims() });
+        silu(y)
     }
 }

@@ -50,6 +50,6 @@ impl RepNCSP {
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
         let bottlenecks = self.m.iter().fold(self.cv1.forward(x.clone(), cx), |y, m| m.forward(y, cx));
-        self.cv3.forward(Tensor::cat(vec![bottlenecks, self.cv2.forward(x, cx)], 1), cx)
+        self.cv3.forward(cx.cat(vec![bottlenecks, self.cv2.forward(x, cx)]), cx)
     }
 }

@@ -53,6 +53,6 @@ impl RepNCSPELAN {
         let halves = self.cv1.forward(x, cx).chunk(2, 1);
         let c = self.cv2.forward(halves[1].clone(), cx);
         let d = self.cv3.forward(c.clone(), cx);
-        self.cv4.forward(Tensor::cat(vec![halves[0].clone(), halves[1].clone(), c, d], 1), cx)
+        self.cv4.forward(cx.cat(vec![halves[0].clone(), halves[1].clone(), c, d]), cx)
     }
 }

@@ -10,7 +10,7 @@ use burn::tensor::module::max_pool2d;
 use burn::tensor::ops::MaxPoolOptions;
 
 use super::conv::{Conv, ConvShape};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, TracedOp};
 use crate::params::Builder;
 
 #[derive(Debug, Clone)]
@@ -28,11 +28,14 @@ impl SPPELAN {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
-        let pool = |t: Tensor<4>| max_pool2d(t, MaxPoolOptions::new([5, 5]).with_stride([1, 1]).with_padding([2, 2]));
+        let pool = |t: Tensor<4>| {
+            cx.trace(|| TracedOp::MaxPool { input: t.dims(), k: 5, stride: 1, padding: 2 });
+            max_pool2d(t, MaxPoolOptions::new([5, 5]).with_stride([1, 1]).with_padding([2, 2]))
+        };
         let y0 = self.cv1.forward(x, cx);
         let y1 = pool(y0.clone());
         let y2 = pool(y1.clone());
         let y3 = pool(y2.clone());
-        self.cv5.forward(Tensor::cat(vec![y0, y1, y2, y3], 1), cx)
+        self.cv5.forward(cx.cat(vec![y0, y1, y2, y3]), cx)
     }
 }

@@ -1,0 +1,222 @@
+//! Op-level timings for the exact layer shapes of a network: each convolution's forward,
+//! input-gradient and weight-gradient, BatchNorm and SiLU forward+backward, pools, upsample and
+//! concat, per unique shape, with how often the shape occurs in one forward. The shapes come
+//! from a traced forward (`Ctx::tracing`) at the bench's image size. `bench/torch_ops.py` times
+//! the same list (written with `--spec`) through PyTorch for the ratio table.
+
+use burn::backend::Dispatch;
+use burn::backend::ops::ModuleOps;
+use burn::tensor::activation::silu;
+use burn::tensor::module::{avg_pool2d, conv2d, conv2d_weight_backward, interpolate, max_pool2d};
+use burn::tensor::ops::{AvgPoolOptions, ConvOptions, InterpolateMode, InterpolateOptions, MaxPoolOptions};
+use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+use libreyolo_families::{Ctx, Network, ParamStore, TracedOp};
+use serde::{Deserialize, Serialize};
+
+use super::time;
+
+/// One op to time, in the shape it has in the network at the bench's batch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OpSpec {
+    ConvForward { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, bias: bool },
+    ConvInputGrad { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize },
+    ConvWeightGrad { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize },
+    /// Training BatchNorm (batch statistics) forward and backward, on a conv's output.
+    BatchNormFwdBwd { input: [usize; 4] },
+    SiluFwdBwd { input: [usize; 4] },
+    MaxPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
+    AvgPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
+    Upsample { input: [usize; 4], scale: usize },
+    Concat { inputs: Vec<[usize; 4]> },
+}
+
+impl OpSpec {
+    pub fn category(&self) -> &'static str {
+        match self {
+            OpSpec::ConvForward { .. } => "conv forward",
+            OpSpec::ConvInputGrad { .. } => "conv input-grad",
+            OpSpec::ConvWeightGrad { .. } => "conv weight-grad",
+            OpSpec::BatchNormFwdBwd { .. } => "batchnorm fwd+bwd",
+            OpSpec::SiluFwdBwd { .. } => "silu fwd+bwd",
+            OpSpec::MaxPool { .. } => "max-pool",
+            OpSpec::AvgPool { .. } => "avg-pool",
+            OpSpec::Upsample { .. } => "upsample",
+            OpSpec::Concat { .. } => "concat",
+        }
+    }
+}
+
+/// An op and how many times one training step runs it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpCount {
+    pub spec: OpSpec,
+    pub count: usize,
+}
+
+fn conv_output(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize) -> [usize; 4] {
+    let out = |d: usize| (d + 2 * padding - k) / stride + 1;
+    [input[0], c_out, out(input[2]), out(input[3])]
+}
+
+/// The unique ops of one training step of `network` at `batch` x `height` x `width` (with the
+/// PGI auxiliary branch when `with_aux`), with counts: traced from an eval forward at batch 1 on
+/// the CPU (shapes do not depend on the mode).
+pub fn network_ops(network: &Network, params: &ParamStore, with_aux: bool, batch: usize, height: usize, width: usize) -> Vec<OpCount> {
+    let cx = Ctx::eval(params).tracing();
+    let x = Tensor::<4>::zeros([1, 3, height, width], &Device::flex());
+    let _ = network.forward(x, &cx, with_aux);
+    let with_batch = |mut d: [usize; 4]| {
+        d[0] = batch;
+        d
+    };
+    let mut ops: Vec<OpCount> = vec![];
+    let mut add = |spec: OpSpec| match ops.iter_mut().find(|o| o.spec == spec) {
+        Some(o) => o.count += 1,
+        None => ops.push(OpCount { spec, count: 1 }),
+    };
+    for op in cx.take_trace() {
+        match op {
+            TracedOp::Conv { input, c_out, k, stride, padding, groups, bias, bn, act } => {
+                let input = with_batch(input);
+                add(OpSpec::ConvForward { input, c_out, k, stride, padding, groups, bias });
+                add(OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups });
+                add(OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups });
+                let out = conv_output(input, c_out, k, stride, padding);
+                if bn {
+                    add(OpSpec::BatchNormFwdBwd { input: out });
+                }
+                if act {
+                    add(OpSpec::SiluFwdBwd { input: out });
+                }
+            }
+            TracedOp::MaxPool { input, k, stride, padding } => add(OpSpec::MaxPool { input: with_batch(input), k, stride, padding }),
+            TracedOp::AvgPool { input, k, stride, padding } => add(OpSpec::AvgPool { input: with_batch(input), k, stride, padding }),
+            TracedOp::Silu { input } => add(OpSpec::SiluFwdBwd { input: with_batch(input) }),
+            TracedOp::Upsample { input, scale } => add(OpSpec::Upsample { input: with_batch(input), scale }),
+            TracedOp::Concat { inputs } => add(OpSpec::Concat { inputs: inputs.into_iter().map(with_batch).collect() }),
+        }
+    }
+    ops
+}
+
+/// The timing of one op.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpTiming {
+    pub spec: OpSpec,
+    pub count: usize,
+    pub dtype: String,
+    /// Milliseconds per launch (mean over timed runs of `REPS` launches each).
+    pub ms: f64,
+    /// First run (compilation, autotune), seconds.
+    pub first_s: f64,
+}
+
+/// Launches per timed run: small ops are timed in bursts, so a device sync is not each one's cost.
+pub const REPS: usize = 10;
+
+fn rand(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
+    Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype)
+}
+
+fn batch_norm_train(x: Tensor<4>) -> Tensor<4> {
+    // The families BatchNorm's training arithmetic (affine weight 1, bias 0).
+    let mean = x.clone().mean_dims(&[0, 2, 3]);
+    let centered = x.sub(mean);
+    let var = centered.clone().square().mean_dims(&[0, 2, 3]);
+    centered.div(var.add_scalar(1e-3).sqrt())
+}
+
+/// Times every op of `ops` in `dtype` on `device`.
+pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device, warmup: usize, iters: usize) -> Vec<OpTiming> {
+    let mut out = vec![];
+    for (i, OpCount { spec, count }) in ops.iter().enumerate() {
+        let name = format!("[{}/{}] {} {:?}", i + 1, ops.len(), spec.category(), dtype);
+        let timing = match spec {
+            OpSpec::ConvForward { input, c_out, k, stride, padding, groups, bias } => {
+                let x = rand(*input, dtype, device);
+                let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
+                let b = bias.then(|| Tensor::<1>::zeros([*c_out], device).cast(dtype));
+                let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
+                time(&name, device, warmup, iters, || (0..REPS).map(|_| conv2d(x.clone(), w.clone(), b.clone(), o.clone())).last())
+            }
+            OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups } => {
+                let x = rand(*input, dtype, device);
+                let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
+                let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
+                let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
+                time(&name, device, warmup, iters, || {
+                    (0..REPS)
+                        .map(|_| {
+                            Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(
+                                x.clone().into_dispatch(),
+                                w.clone().into_dispatch(),
+                                g.clone().into_dispatch(),
+                                o.clone(),
+                            ))
+                        })
+                        .last()
+                })
+            }
+            OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => {
+                let x = rand(*input, dtype, device);
+                let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
+                let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
+                let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
+                time(&name, device, warmup, iters, || (0..REPS).map(|_| conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())).last())
+            }
+            OpSpec::BatchNormFwdBwd { input } | OpSpec::SiluFwdBwd { input } => {
+                let x = rand(*input, dtype, device);
+                let g = rand(*input, dtype, device);
+                let bn = matches!(spec, OpSpec::BatchNormFwdBwd { .. });
+                time(&name, device, warmup, iters, || {
+                    (0..REPS)
+                        .map(|_| {
+                            let leaf = x.clone().autodiff().require_grad();
+                            let y = if bn { batch_norm_train(leaf.clone()) } else { silu(leaf.clone()) };
+                            let grads = y.mul(g.clone().autodiff()).sum().backward();
+                            leaf.grad(&grads)
+                        })
+                        .last()
+                })
+            }
+            OpSpec::MaxPool { input, k, stride, padding } => {
+                let x = rand(*input, dtype, device);
+                let o = MaxPoolOptions::new([*k; 2]).with_stride([*stride; 2]).with_padding([*padding; 2]);
+                time(&name, device, warmup, iters, || (0..REPS).map(|_| max_pool2d(x.clone(), o.clone())).last())
+            }
+            OpSpec::AvgPool { input, k, stride, padding } => {
+                let x = rand(*input, dtype, device);
+                let o = AvgPoolOptions::new([*k; 2]).with_stride([*stride; 2]).with_padding([*padding; 2]).with_count_include_pad(true);
+                time(&name, device, warmup, iters, || (0..REPS).map(|_| avg_pool2d(x.clone(), o.clone())).last())
+            }
+            OpSpec::Upsample { input, scale } => {
+                let x = rand(*input, dtype, device);
+                let o = InterpolateOptions::new(InterpolateMode::Nearest).with_scale_factor([*scale as f32; 2]);
+                time(&name, device, warmup, iters, || (0..REPS).map(|_| interpolate(x.clone(), o.clone())).last())
+            }
+            OpSpec::Concat { inputs } => {
+                let xs: Vec<Tensor<4>> = inputs.iter().map(|d| rand(*d, dtype, device)).collect();
+                time(&name, device, warmup, iters, || (0..REPS).map(|_| Tensor::cat(xs.clone(), 1)).last())
+            }
+        };
+        out.push(OpTiming { spec: spec.clone(), count: *count, dtype: format!("{dtype:?}"), ms: timing.mean_ms / REPS as f64, first_s: timing.first_s });
+    }
+    out
+}
+
+/// Per-category totals for one training step (ms per launch x launches per step).
+pub fn totals(timings: &[OpTiming]) -> Vec<(String, String, f64, usize)> {
+    let mut rows: Vec<(String, String, f64, usize)> = vec![];
+    for t in timings {
+        let cat = t.spec.category().to_string();
+        match rows.iter_mut().find(|r| r.0 == cat && r.1 == t.dtype) {
+            Some(r) => {
+                r.2 += t.ms * t.count as f64;
+                r.3 += t.count;
+            }
+            None => rows.push((cat, t.dtype.clone(), t.ms * t.count as f64, t.count)),
+        }
+    }
+    rows
+}
