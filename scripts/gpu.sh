@@ -10,7 +10,8 @@
 # There (device tool, carry [".gpu"]):
 #   bash scripts/gpu.sh remote 'ARGS' ['@SECONDS:ARGS' ...]
 #                                         # unpack, restore the kernel cache, run `libreyolo-run ARGS` for
-#                                         # each quoted argument list (each under its @SECONDS limit, or
+#                                         # each quoted argument list (or 'sh:COMMAND', run by bash with
+#                                         # $BIN set to the binary), each under its @SECONDS limit, or
 #                                         # $STEP_TIMEOUT, default 540; output in $OUT/steps.log), then
 #                                         # save the kernel cache to $OUT/kernels.tar.xz. Keep the sum of
 #                                         # the limits under the device call's limit, or the cache is lost.
@@ -52,8 +53,12 @@ remote)
         case "$step" in @*:*) limit=${step%%:*}; limit=${limit#@}; step=${step#*:} ;; esac
         echo "[gpu.sh $(date +%T)] libreyolo-run $step (limit ${limit}s)" | tee -a "$OUT/steps.log"
         start=$(date +%s)
-        # shellcheck disable=SC2086 # each step is an argument list
-        eval "timeout $limit \"$bin\" $step" >> "$OUT/steps.log" 2>&1
+        case "$step" in
+        sh:*) # a shell command, with $BIN the unpacked binary (e.g. bench/ops.sh "$BIN" "$OUT")
+            BIN=$bin timeout "$limit" bash -c "${step#sh:}" >> "$OUT/steps.log" 2>&1 ;;
+        *) # shellcheck disable=SC2086 # each step is an argument list
+            eval "timeout $limit \"$bin\" $step" >> "$OUT/steps.log" 2>&1 ;;
+        esac
         rc=$?
         echo "[gpu.sh $(date +%T)] exit $rc after $(( $(date +%s) - start ))s: $step" | tee -a "$OUT/steps.log"
         [ "$rc" = 0 ] || status=$rc
