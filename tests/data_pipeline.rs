@@ -17,6 +17,10 @@ fn augment() -> Augment {
 }
 
 fn loader(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32) -> Loader {
+    sharded(ds, batch, workers, seed, size, (0, 1))
+}
+
+fn sharded(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32, shard: (usize, usize)) -> Loader {
     Loader::new(ds, LoaderConfig {
         batch,
         height: size,
@@ -28,7 +32,7 @@ fn loader(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32) 
         drop_last: true,
         prefetch: 2,
         augment: Some(augment()),
-        shard: (0, 1),
+        shard,
     })
 }
 
@@ -210,4 +214,40 @@ fn dataset_yaml_errors_are_clear() {
 
 fn file_name(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Two ranks read disjoint halves of one shared epoch permutation, and each sample is the one
+/// a single-GPU run makes at the same place of the epoch (same image, same augmentation).
+#[test]
+fn ranks_shard_the_epoch_like_a_single_gpu_run() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (128, 128), CacheMode::Ram).unwrap();
+    let one = sharded(ds.clone(), 4, 2, 7, 128, (0, 1));
+    let ranks = [sharded(ds.clone(), 2, 2, 7, 128, (0, 2)), sharded(ds.clone(), 2, 2, 7, 128, (1, 2))];
+    for epoch in [0, 3] {
+        let (o0, o1) = (ranks[0].order(epoch), ranks[1].order(epoch));
+        assert_eq!(o0.len(), 64);
+        let mut all: Vec<usize> = o0.iter().chain(&o1).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..128).collect::<Vec<_>>(), "the ranks partition the epoch");
+        let single = one.order(epoch);
+        assert!(o0.iter().zip(&o1).enumerate().all(|(p, (a, b))| single[2 * p] == *a && single[2 * p + 1] == *b));
+    }
+    assert_ne!(ranks[0].order(0), ranks[0].order(1), "a new permutation every epoch");
+
+    let b = one.epoch(1).recv().unwrap();
+    let r: Vec<_> = ranks.iter().map(|l| l.epoch(1).recv().unwrap()).collect();
+    let image = |batch: &libreyolo_stages::data::Batch, i: usize| {
+        let n = 3 * (batch.height * batch.width) as usize;
+        batch.images[i * n..(i + 1) * n].to_vec()
+    };
+    let rows = |batch: &libreyolo_stages::data::Batch, i: usize| batch.targets[i * 300 * 5..(i + 1) * 300 * 5].to_vec();
+    for p in 0..2 {
+        for (rank, rb) in r.iter().enumerate() {
+            let i = 2 * p + rank;
+            assert_eq!(rb.indices[p], b.indices[i]);
+            assert!(image(rb, p) == image(&b, i), "rank {rank} sample {p} differs from the single-GPU sample {i}");
+            assert_eq!(rows(rb, p), rows(&b, i));
+        }
+    }
 }

@@ -128,6 +128,13 @@ fn out_of_range_values_are_explained() {
     assert!(out.contains("-1 for AutoBatch"), "{out}");
     let out = error(&shipped_manifest(), &["family=yolo8"]);
     assert!(out.contains("unknown model family `yolo8`"), "{out}");
+    // A global batch that does not split over the GPUs: LibreYOLO's error, before any GPU is
+    // touched (so it is checked here, on a machine without GPUs).
+    let out = error(&shipped_manifest(), &["device=0,1", "batch=15"]);
+    assert!(out.contains("batch=15 is the global batch and must be divisible by world_size=2"), "{out}");
+    assert!(out.contains("Use batch=14 or batch=16."), "{out}");
+    assert!(out.contains("batch=15"), "the report points at the argument: {out}");
+    assert!(load(&shipped_manifest(), &["device=0,1", "batch=16"]).is_ok());
 }
 
 #[test]

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod dag;
 pub mod data;
 pub mod device;
+pub mod distributed;
 pub mod kernel_cache;
 pub mod manifest;
 pub mod network;

@@ -129,7 +129,20 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         };
         tracing::warn!("cuda_graph=true ignored ({reason}); training runs eager.");
     }
+    if let Some(launch) = crate::distributed::launch().map_err(anyhow::Error::msg)? {
+        tracing::warn!(
+            "started by a launcher as rank {} of {} (MASTER_ADDR {}:{}); multi-process training is not implemented yet, this process trains alone",
+            launch.rank,
+            launch.world_size,
+            launch.master_addr,
+            launch.master_port
+        );
+    }
     if device.ids.len() > 1 {
+        let m = &loaded.manifest;
+        if let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, m.run.batch.max(1) as usize, device.ids.len()) {
+            tracing::warn!("{w}");
+        }
         tracing::warn!("device={} asks for {} GPUs; multi-GPU training is not implemented yet, training on cuda:{}", loaded.manifest.run.device, device.ids.len(), device.ids[0]);
     }
     let summary = crate::train::train(&loaded, &dag, &device)?;

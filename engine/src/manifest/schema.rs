@@ -57,6 +57,8 @@ pub struct RunSettings {
     pub resume: bool,
     pub patience: u32,
     pub save_period: u32,
+    /// Multi-GPU: BatchNorm statistics all-reduced across ranks (on for YOLOv9, as LibreYOLO).
+    pub sync_bn: bool,
 }
 
 impl Default for RunSettings {
@@ -73,6 +75,7 @@ impl Default for RunSettings {
             resume: false,
             patience: 50,
             save_period: 10,
+            sync_bn: true,
         }
     }
 }

@@ -79,8 +79,10 @@ impl Loader {
         &self.cfg
     }
 
-    /// Dataset indices of this rank for `epoch`, in order.
-    fn order(&self, epoch: u64) -> Vec<usize> {
+    /// Dataset indices of this rank for `epoch`, in order: PyTorch's DistributedSampler (one
+    /// permutation per epoch shared by all ranks, padded by wrapping, rank `r` takes every
+    /// `world`-th index from `r`).
+    pub fn order(&self, epoch: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.dataset.len()).collect();
         if self.cfg.shuffle {
             order.shuffle(&mut StdRng::seed_from_u64(mix(self.cfg.seed, epoch, u64::MAX)));
@@ -132,7 +134,11 @@ fn make_batch(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, positions: &[usize],
             let index = order[pos];
             match &cfg.augment {
                 Some(aug) => {
-                    let mut rng = StdRng::seed_from_u64(mix(cfg.seed, epoch, pos as u64));
+                    // Seeded by the sample's place in the whole epoch (all ranks), so every
+                    // sample of a multi-GPU epoch draws its own augmentation, as on one GPU.
+                    let (rank, world) = cfg.shard;
+                    let global = (pos * world.max(1) + rank) as u64;
+                    let mut rng = StdRng::seed_from_u64(mix(cfg.seed, epoch, global));
                     sample::train_sample(ds, index, aug, (h, w), &mut rng)
                 }
                 None => sample::val_sample(ds, index, (h, w)).0,
