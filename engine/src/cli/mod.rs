@@ -118,17 +118,6 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc));
         return Ok(());
     }
-    if loaded.manifest.capture.enabled {
-        // LibreYOLO's enablement reasons, one line, and the run goes on eager.
-        let reason = if device.backend != crate::device::Backend::Cuda {
-            "device is not CUDA"
-        } else if device.ids.len() > 1 {
-            "distributed training is not supported yet"
-        } else {
-            "training-step capture is not wired into the executor in this build"
-        };
-        tracing::warn!("cuda_graph=true ignored ({reason}); training runs eager.");
-    }
     if let Some(launch) = crate::distributed::launch().map_err(anyhow::Error::msg)? {
         tracing::warn!(
             "started by a launcher as rank {} of {} (MASTER_ADDR {}:{}); multi-process training is not implemented yet, this process trains alone",

@@ -6,9 +6,12 @@ pub mod plots;
 pub mod precision;
 pub mod progress;
 pub mod run_dir;
+pub mod segment;
 pub mod step;
 pub mod validate;
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -32,10 +35,11 @@ use checkpoint::TrainState;
 use precision::{LossScale, Precision};
 use run_dir::{EpochRecord, RunDir};
 
-/// The network and its parameters.
+/// The network and its parameters. Shared (`Rc`) so that a captured segment's graph can
+/// borrow them across replays while the optimizer updates the parameters in place.
 pub struct Model {
-    pub network: Network,
-    pub params: ParamStore,
+    pub network: Rc<Network>,
+    pub params: Rc<RefCell<ParamStore>>,
 }
 
 /// What a finished run reports.
@@ -69,6 +73,8 @@ pub struct Trainer<'a> {
     profiler: Option<Profiler>,
     /// Where the profile is written, and whether the run stops after it.
     profile_out: Option<ProfileOut>,
+    /// The capture manager of the forward + loss + backward segment, when it is captured.
+    graphs: Option<crate::capture::CaptureManager<segment::SegmentGraph>>,
 }
 
 struct ProfileOut {
@@ -165,7 +171,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         loaded,
         dag,
         device: device.clone(),
-        model: Model { network, params },
+        model: Model { network: Rc::new(network), params: Rc::new(RefCell::new(params)) },
         optim,
         ema,
         schedule,
@@ -178,7 +184,11 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         grad_accumulator: vec![],
         profiler: None,
         profile_out: None,
+        graphs: None,
     };
+    if m.capture.enabled {
+        trainer.graphs = capture_manager(loaded, dag, resolved, &trainer);
+    }
 
     let mut state = TrainState {
         nc,
@@ -200,7 +210,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     let header = format!(
         "training {} ({} parameters) on {} for {epochs} epochs: {} images, batch {batch}{}, {} steps/epoch, {}",
         m.model.size,
-        trainer.model.params.num_parameters(),
+        trainer.model.params.borrow().num_parameters(),
         resolved.describe(),
         train_ds.len(),
         if accumulate > 1 { format!(" x {accumulate} accumulated") } else { String::new() },
@@ -261,9 +271,11 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         }
         let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1) % m.val.eval_interval as usize == 0 || epoch + 1 == epochs);
         if validate_now && let Some(vl) = &val_loader {
-            let params = trainer.ema.as_ref().map(|e| &e.store).unwrap_or(&trainer.model.params);
+            let model_params = trainer.model.params.borrow();
+            let params = trainer.ema.as_ref().map(|e| &e.store).unwrap_or(&model_params);
             let t = Instant::now();
             let (stats, n) = validate::validate(&trainer.model.network, params, vl, &device, trainer.precision.compute, &nms_cfg)?;
+            drop(model_params);
             eprintln!(
                 "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
                 stats[0].max(0.0),
@@ -400,24 +412,69 @@ impl Trainer<'_> {
         state.iteration = self.iteration;
         state.ema_updates = self.ema.as_ref().map(|e| e.updates).unwrap_or(0);
         state.loss_scale = self.precision.scaler.map(|s| s.scale);
-        checkpoint::save(path, &self.model.params, self.ema.as_ref().map(|e| &e.store), self.optim.state(&self.model.params), &state)
+        let params = self.model.params.borrow();
+        checkpoint::save(path, &params, self.ema.as_ref().map(|e| &e.store), self.optim.state(&params), &state)
     }
 
     fn resume(&mut self, run: &RunDir) -> anyhow::Result<TrainState> {
         let path = run.weights("last");
         let state = checkpoint::read_state(&path)?;
-        checkpoint::load_weights(&mut self.model.params, &path, "train_model.")?;
+        checkpoint::load_weights(&mut self.model.params.borrow_mut(), &path, "train_model.")?;
         if let Some(ema) = self.ema.as_mut() {
             checkpoint::load_weights(&mut ema.store, &path, "model.")?;
             ema.updates = state.ema_updates;
         }
         let opt = checkpoint::load_optimizer(&path, &self.device)?;
-        self.optim.load_state(&self.model.params, opt);
+        self.optim.load_state(&self.model.params.borrow(), opt);
         self.iteration = state.iteration;
         if let (Some(s), Some(scale)) = (self.precision.scaler.as_mut(), state.loss_scale) {
             *s = LossScale::with_scale(scale);
         }
         Ok(state)
+    }
+}
+
+/// The capture manager for the training step when the plan captures exactly forward + loss +
+/// backward as one segment and the run allows it; otherwise one line saying why, and `None`
+/// (the step runs eager).
+fn capture_manager(
+    loaded: &LoadedManifest,
+    dag: &StepDag,
+    resolved: &ResolvedDevice,
+    trainer: &Trainer<'_>,
+) -> Option<crate::capture::CaptureManager<segment::SegmentGraph>> {
+    let m = &loaded.manifest;
+    let software = std::env::var_os(segment::SOFTWARE_ENV).is_some();
+    let captured: Vec<Vec<&str>> = dag
+        .plan(true)
+        .segments
+        .iter()
+        .filter(|s| s.captured)
+        .map(|s| s.stages.iter().map(|&i| dag.stages[i].kind.name).collect())
+        .collect();
+    let reason = if resolved.backend != crate::device::Backend::Cuda && !software {
+        Some("device is not CUDA".to_string())
+    } else if resolved.ids.len() > 1 {
+        Some("distributed training is not supported yet".to_string())
+    } else if captured != [vec!["network.forward", "loss.yolo9", "network.backward"]] {
+        let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
+        Some(format!(
+            "the plan captures {}; this build captures forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`)",
+            if plan.is_empty() { "nothing".into() } else { plan.join(" and ") }
+        ))
+    } else if trainer.accumulate > 1 {
+        Some(format!("gradient accumulation ({} micro-batches per step) is not captured", trainer.accumulate))
+    } else if trainer.precision.scaler.is_some() {
+        Some("fp16 dynamic loss scaling reads the gradients on the host; use bf16".to_string())
+    } else {
+        None
+    };
+    match reason {
+        Some(r) => {
+            tracing::warn!("cuda_graph=true ignored ({r}); training runs eager.");
+            None
+        }
+        None => Some(crate::capture::CaptureManager::new("training forward/loss/backward", m.capture.threshold, m.capture.max_graphs as usize)),
     }
 }
 

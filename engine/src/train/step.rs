@@ -2,9 +2,9 @@
 //! inputs name and producing its outputs.
 
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
-use libreyolo_families::{Ctx, HeadMaps, ParamId};
+use libreyolo_families::{Ctx, HeadMaps, Network, ParamId, ParamStore};
 use libreyolo_stages::data::Batch;
-use libreyolo_stages::loss::LossTerms;
+use libreyolo_stages::loss::{LossTerms, Yolo9Loss};
 
 use super::Trainer;
 
@@ -37,7 +37,57 @@ pub fn upload(batch: &Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
     (images, targets)
 }
 
+/// What the forward needs besides the parameters.
+#[derive(Clone)]
+pub struct ForwardSpec {
+    pub compute: Option<FloatDType>,
+    pub with_aux: bool,
+}
+
+/// The network's training forward: the context (autodiff leaves, BatchNorm batch statistics)
+/// and the head maps.
+pub fn forward(network: &Network, params: &ParamStore, spec: &ForwardSpec, images: Tensor<4>) -> (Ctx, HeadMaps) {
+    let (cx, images) = match spec.compute {
+        Some(d) => (Ctx::train_in(params, d), images.cast(d)),
+        None => (Ctx::train(params), images),
+    };
+    let maps = network.forward(images, &cx, spec.with_aux);
+    (cx, maps)
+}
+
+/// The loss of the main head plus `aux_weight` times the auxiliary head's, in f32.
+pub fn loss(loss: &Yolo9Loss, aux_weight: f64, strides: &[usize], maps: HeadMaps, targets: Tensor<3>) -> LossTerms {
+    let f32s = |m: Vec<Tensor<4>>| m.into_iter().map(|t| t.cast(FloatDType::F32)).collect::<Vec<_>>();
+    let mut terms = loss.compute(&f32s(maps.main), strides, targets.clone());
+    if let Some(aux) = maps.aux {
+        let a = loss.compute(&f32s(aux), strides, targets);
+        terms.total = terms.total.add(a.total.mul_scalar(aux_weight));
+        terms.box_loss = terms.box_loss.add(a.box_loss.mul_scalar(aux_weight));
+        terms.dfl_loss = terms.dfl_loss.add(a.dfl_loss.mul_scalar(aux_weight));
+        terms.cls_loss = terms.cls_loss.add(a.cls_loss.mul_scalar(aux_weight));
+    }
+    terms
+}
+
+/// Gradients of `total * factor` for every trainable parameter of `cx`.
+pub fn backward(total: &Tensor<1>, factor: f64, cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
+    let total = if factor != 1.0 { total.clone().mul_scalar(factor) } else { total.clone() };
+    cx.gradients(&total.backward())
+}
+
 impl Trainer<'_> {
+    /// The factor of the loss before backward: accumulation and the fp16 loss scale.
+    pub(super) fn loss_factor(&self) -> f64 {
+        let mut f = 1.0;
+        if self.accumulate > 1 {
+            f /= self.accumulate as f64;
+        }
+        if let Some(s) = &self.precision.scaler {
+            f *= s.scale;
+        }
+        f
+    }
+
     /// Runs the stages of one micro-batch. `last_micro` closes a gradient-accumulation window.
     pub(super) fn run_step(&mut self, batch: &Batch, last_micro: bool) -> anyhow::Result<StepValues> {
         let mut v = StepValues::default();
@@ -66,44 +116,39 @@ impl Trainer<'_> {
                 }
                 "network.forward" => {
                     let images = v.images.take().ok_or_else(|| anyhow::anyhow!("network.forward ran before data"))?;
-                    let (cx, images) = match self.precision.compute {
-                        Some(d) => (Ctx::train_in(&self.model.params, d), images.cast(d)),
-                        None => (Ctx::train(&self.model.params), images),
-                    };
-                    let maps = self.model.network.forward(images, &cx, self.with_aux);
+                    if self.graphs.is_some() {
+                        // forward + loss + backward as one captured segment.
+                        let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("the captured segment ran before data"))?;
+                        let out = self.run_segment(images, targets);
+                        self.model.params.borrow_mut().apply_batch_stats(out.stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
+                        let mut grads = out.grads;
+                        self.accumulate_grads(&mut grads);
+                        v.loss = Some(out.terms);
+                        v.grads = Some(grads);
+                        return Ok(());
+                    }
+                    let (cx, maps) = forward(&self.model.network, &self.model.params.borrow(), &self.forward_spec(), images);
                     // BatchNorm running statistics advance with every training forward.
-                    self.model.params.apply_batch_stats(cx.take_batch_stats(), libreyolo_families::blocks::batch_norm::MOMENTUM);
+                    self.model.params.borrow_mut().apply_batch_stats(cx.take_batch_stats(), libreyolo_families::blocks::batch_norm::MOMENTUM);
                     v.maps = Some(maps);
                     v.ctx = Some(cx);
                 }
                 "loss.yolo9" => {
+                    if self.graphs.is_some() {
+                        return Ok(()); // inside the captured segment
+                    }
                     let maps = v.maps.take().ok_or_else(|| anyhow::anyhow!("loss ran before network.forward"))?;
                     let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("loss ran before data"))?;
-                    let f32s = |m: Vec<Tensor<4>>| m.into_iter().map(|t| t.cast(FloatDType::F32)).collect::<Vec<_>>();
                     let strides = self.model.network.head().strides.clone();
-                    let mut terms = self.loss.compute(&f32s(maps.main), &strides, targets.clone());
-                    if let Some(aux) = maps.aux {
-                        let a = self.loss.compute(&f32s(aux), &strides, targets);
-                        let w = self.aux_weight;
-                        terms.total = terms.total.add(a.total.mul_scalar(w));
-                        terms.box_loss = terms.box_loss.add(a.box_loss.mul_scalar(w));
-                        terms.dfl_loss = terms.dfl_loss.add(a.dfl_loss.mul_scalar(w));
-                        terms.cls_loss = terms.cls_loss.add(a.cls_loss.mul_scalar(w));
-                    }
-                    v.loss = Some(terms);
+                    v.loss = Some(loss(&self.loss, self.aux_weight, &strides, maps, targets));
                 }
                 "network.backward" => {
-                    let loss = v.loss.as_ref().ok_or_else(|| anyhow::anyhow!("network.backward ran before the loss"))?;
-                    let mut total = loss.total.clone();
-                    if self.accumulate > 1 {
-                        total = total.div_scalar(self.accumulate as f64);
+                    if self.graphs.is_some() {
+                        return Ok(()); // inside the captured segment
                     }
-                    if let Some(s) = &self.precision.scaler {
-                        total = total.mul_scalar(s.scale);
-                    }
-                    let grads = total.backward();
+                    let total = v.loss.as_ref().ok_or_else(|| anyhow::anyhow!("network.backward ran before the loss"))?.total.clone();
                     let cx = v.ctx.take().ok_or_else(|| anyhow::anyhow!("network.backward without a forward"))?;
-                    let mut grads = cx.gradients(&grads);
+                    let mut grads = backward(&total, self.loss_factor(), &cx);
                     self.accumulate_grads(&mut grads);
                     v.grads = Some(grads);
                 }
@@ -123,14 +168,14 @@ impl Trainer<'_> {
                         return Ok(()); // non-finite gradients: skip this step
                     }
                     let (lr, momentum) = self.schedule.at(self.iteration);
-                    self.optim.step(&mut self.model.params, grads, lr, momentum);
+                    self.optim.step(&mut self.model.params.borrow_mut(), grads, lr, momentum);
                     v.stepped = true;
                 }
                 "ema" => {
                     if v.stepped
                         && let Some(ema) = self.ema.as_mut()
                     {
-                        ema.update(&self.model.params);
+                        ema.update(&self.model.params.borrow());
                     }
                 }
                 "schedule" => {
