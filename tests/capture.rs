@@ -1,4 +1,5 @@
-//! The captured training segment (forward + loss + backward in one graph) on the CPU, through
+//! The captured training segment (forward + loss + backward in one graph, or the whole step with
+//! optimizer and EMA) on the CPU, through
 //! burn's software graphs (`LIBREYOLO_CAPTURE_SOFTWARE`: a replay re-runs the recorded closure):
 //! the capture plumbing — shape counting in the executor, stable inputs refreshed per batch,
 //! BatchNorm statistics and optimizer updates outside the graph, the capture-time check against
@@ -36,6 +37,15 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(weights("eager") == weights("graph"), "weights, EMA and optimizer state after 8 steps differ from eager");
     let losses = |name: &str| std::fs::read_to_string(dir.path().join(name).join("results.csv")).unwrap().lines().nth(1).unwrap().split(',').take(4).collect::<Vec<_>>().join(",");
     assert_eq!(losses("eager"), losses("graph"));
+
+    // The whole step in one graph: optimizer and EMA included, their scalars from device
+    // buffers, the capture's warm-up updates undone.
+    let whole = ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"];
+    let (ok, log) = train(dir.path(), "whole", &whole);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training step at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert!(weights("eager") == weights("whole"), "the whole-step graph's weights, EMA and optimizer state differ from eager");
+    assert_eq!(losses("eager"), losses("whole"));
 }
 
 #[test]

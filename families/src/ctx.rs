@@ -188,13 +188,26 @@ impl ParamStore {
     /// `running = (1 - momentum) * running + momentum * batch` (unbiased variance), and counts
     /// the batch in `num_batches_tracked`.
     pub fn apply_batch_stats(&mut self, stats: Vec<BatchStats>, momentum: f64) {
+        self.fold_batch_stats(&stats, momentum);
+        self.count_batches(&stats);
+    }
+
+    /// The device half of [`apply_batch_stats`](Self::apply_batch_stats): the running
+    /// statistics, in place (what a captured step records).
+    pub fn fold_batch_stats(&mut self, stats: &[BatchStats], momentum: f64) {
         for s in stats {
-            for (id, batch) in [(s.running_mean, s.mean), (s.running_var, s.var_unbiased)] {
+            for (id, batch) in [(s.running_mean, &s.mean), (s.running_var, &s.var_unbiased)] {
                 if let Value::Rank1(t) = &mut self.entry_mut(id).value {
-                    let batch = batch.cast(FloatDType::from(t.dtype()));
+                    let batch = batch.clone().cast(FloatDType::from(t.dtype()));
                     t.inplace(|r| r.mul_scalar(1.0 - momentum).add(batch.mul_scalar(momentum)));
                 }
             }
+        }
+    }
+
+    /// The host half: `num_batches_tracked += 1` for each layer of `stats`.
+    pub fn count_batches(&mut self, stats: &[BatchStats]) {
+        for s in stats {
             if let Value::Count(n) = &mut self.entry_mut(s.count).value {
                 *n += 1;
             }

@@ -62,6 +62,12 @@ pub struct Entry {
     pub value: Value,
 }
 
+/// A float tensor of a store, borrowed mutably (to snapshot and restore state in place).
+pub enum TensorMut<'a> {
+    Rank4(&'a mut Tensor<4>),
+    Rank1(&'a mut Tensor<1>),
+}
+
 /// Index of an entry in a `ParamStore`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ParamId(pub usize);
@@ -124,6 +130,18 @@ impl ParamStore {
             Value::Rank1(t) => t,
             _ => panic!("{} is not a rank-1 tensor", self.entries[id.0].name),
         }
+    }
+
+    /// Every float tensor, mutably, in store order.
+    pub fn tensors_mut(&mut self) -> Vec<TensorMut<'_>> {
+        self.entries
+            .iter_mut()
+            .filter_map(|e| match &mut e.value {
+                Value::Rank4(t) => Some(TensorMut::Rank4(t)),
+                Value::Rank1(t) => Some(TensorMut::Rank1(t)),
+                Value::Count(_) => None,
+            })
+            .collect()
     }
 
     /// Moves every tensor to `device`.

@@ -2,6 +2,8 @@
 //! included (LibreYOLO's `ModelEMA`): `v = d * v + (1 - d) * model_v` with
 //! `d = decay * (1 - exp(-updates / tau))`, updated in place after each optimizer step.
 
+use burn::tensor::{Device, Tensor, TensorData};
+use libreyolo_families::params::TensorMut;
 use libreyolo_families::{ParamStore, Value};
 
 pub struct Ema {
@@ -22,18 +24,72 @@ impl Ema {
         self.decay * (1.0 - (-((self.updates + 1) as f64) / self.tau).exp())
     }
 
+    /// One update: [`update_device`](Self::update_device) with this update's decay, then
+    /// [`finish_update`](Self::finish_update).
     pub fn update(&mut self, model: &ParamStore) {
         let d = self.next_decay();
+        let device = model.entries().iter().find_map(|e| match &e.value {
+            Value::Rank1(t) => Some(t.device()),
+            Value::Rank4(t) => Some(t.device()),
+            Value::Count(_) => None,
+        });
+        if let Some(device) = device {
+            self.update_device(model, &DecayScalars::new(d, &device));
+        }
+        self.finish_update(model);
+    }
+
+    /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor, with
+    /// `d` read from device scalars (a captured step refreshes them before each replay).
+    pub fn update_device(&mut self, model: &ParamStore, d: &DecayScalars) {
+        for i in 0..model.len() {
+            let id = libreyolo_families::ParamId(i);
+            match (&mut self.store.entry_mut(id).value, &model.entry(id).value) {
+                (Value::Rank4(e), Value::Rank4(m)) => {
+                    let (dd, od) = (d.decay.clone().reshape([1, 1, 1, 1]), d.one_minus.clone().reshape([1, 1, 1, 1]));
+                    e.inplace(|e| e.mul(dd).add(m.clone().mul(od)))
+                }
+                (Value::Rank1(e), Value::Rank1(m)) => e.inplace(|e| e.mul(d.decay.clone()).add(m.clone().mul(d.one_minus.clone()))),
+                (Value::Count(_), Value::Count(_)) => {}
+                _ => unreachable!("the EMA mirrors the model"),
+            }
+        }
+    }
+
+    /// The host half: counts copied, one more update.
+    pub fn finish_update(&mut self, model: &ParamStore) {
         self.updates += 1;
         for i in 0..model.len() {
             let id = libreyolo_families::ParamId(i);
-            let src = &model.entry(id).value;
-            match (&mut self.store.entry_mut(id).value, src) {
-                (Value::Rank4(e), Value::Rank4(m)) => e.inplace(|e| e.mul_scalar(d).add(m.clone().mul_scalar(1.0 - d))),
-                (Value::Rank1(e), Value::Rank1(m)) => e.inplace(|e| e.mul_scalar(d).add(m.clone().mul_scalar(1.0 - d))),
-                (Value::Count(e), Value::Count(m)) => *e = *m,
-                _ => unreachable!("the EMA mirrors the model"),
+            if let (Value::Count(e), Value::Count(m)) = (&mut self.store.entry_mut(id).value, &model.entry(id).value) {
+                *e = *m;
             }
+        }
+    }
+
+    /// Every float tensor of the average, to snapshot and restore around a graph capture.
+    pub fn tensors_mut(&mut self) -> Vec<TensorMut<'_>> {
+        self.store.tensors_mut()
+    }
+}
+
+/// The decay of one update as device scalars (`[1]`), refreshed in place per step.
+#[derive(Debug, Clone)]
+pub struct DecayScalars {
+    pub decay: Tensor<1>,
+    pub one_minus: Tensor<1>,
+}
+
+impl DecayScalars {
+    pub fn new(decay: f64, device: &Device) -> Self {
+        let t = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), device);
+        Self { decay: t(decay), one_minus: t(1.0 - decay) }
+    }
+
+    pub fn write(&mut self, decay: f64) {
+        for (t, v) in [(&mut self.decay, decay), (&mut self.one_minus, 1.0 - decay)] {
+            let new = Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &t.device());
+            t.inplace(|t| t.slice_assign([0..1], new));
         }
     }
 }

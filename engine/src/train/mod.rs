@@ -19,10 +19,10 @@ use std::time::Instant;
 use anyhow::Context;
 use burn::tensor::{Device, Tensor};
 use libreyolo_families::{Network, ParamId, ParamStore};
-use libreyolo_stages::ema::Ema;
+use libreyolo_stages::ema::{DecayScalars, Ema};
 use libreyolo_stages::loss::Yolo9Loss;
 use libreyolo_stages::loss::assigner::AssignerConfig;
-use libreyolo_stages::optim::{AdamW, Optimizer, Sgd};
+use libreyolo_stages::optim::{AdamW, Optimizer, Scalars, Sgd};
 use libreyolo_stages::schedule::{self, Schedule};
 use libreyolo_stages::val::nms::NmsConfig;
 
@@ -57,8 +57,15 @@ pub struct Trainer<'a> {
     dag: &'a StepDag,
     device: Device,
     model: Model,
-    optim: Box<dyn Optimizer>,
-    ema: Option<Ema>,
+    optim: Rc<RefCell<Box<dyn Optimizer>>>,
+    ema: Option<Rc<RefCell<Ema>>>,
+    /// This step's optimizer and EMA hyper-parameters as device scalars (stable buffers that a
+    /// captured step reads; written in place before every step).
+    scalars: Rc<RefCell<Scalars>>,
+    ema_scalars: Rc<RefCell<DecayScalars>>,
+    /// The captured graph holds the whole step (optimizer and EMA included), not only
+    /// forward + loss + backward.
+    whole_step: bool,
     schedule: Schedule,
     loss: Yolo9Loss,
     aux_weight: f64,
@@ -172,8 +179,11 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         dag,
         device: device.clone(),
         model: Model { network: Rc::new(network), params: Rc::new(RefCell::new(params)) },
-        optim,
-        ema,
+        optim: Rc::new(RefCell::new(optim)),
+        ema: ema.map(|e| Rc::new(RefCell::new(e))),
+        scalars: Rc::new(RefCell::new(Scalars::new([0.0; 5], &device))),
+        ema_scalars: Rc::new(RefCell::new(DecayScalars::new(0.0, &device))),
+        whole_step: false,
         schedule,
         loss,
         aux_weight: m.model.aux_weight,
@@ -188,6 +198,11 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     };
     if m.capture.enabled {
         trainer.graphs = capture_manager(loaded, dag, resolved, &trainer);
+        trainer.whole_step = trainer.graphs.is_some() && {
+            let captured: Vec<Vec<&str>> =
+                dag.plan(true).segments.iter().filter(|s| s.captured).map(|s| s.stages.iter().map(|&i| dag.stages[i].kind.name).collect()).collect();
+            whole_step(&captured)
+        };
     }
 
     let mut state = TrainState {
@@ -203,6 +218,9 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         run.log(&format!("resumed at epoch {} (iteration {})", state.next_epoch, state.iteration));
         eprintln!("resuming {} at epoch {}", run.path.display(), state.next_epoch + 1);
     }
+
+    // Every step, the first included, runs the same optimizer operations on the same buffers.
+    trainer.optim.borrow_mut().init_state(&trainer.model.params.borrow());
 
     let nms_cfg = NmsConfig { conf: m.val.conf as f32, iou: m.val.iou as f32, max_det: m.val.max_det, max_candidates: m.val.max_candidates };
     let epochs = m.run.epochs as usize;
@@ -272,9 +290,11 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1) % m.val.eval_interval as usize == 0 || epoch + 1 == epochs);
         if validate_now && let Some(vl) = &val_loader {
             let model_params = trainer.model.params.borrow();
-            let params = trainer.ema.as_ref().map(|e| &e.store).unwrap_or(&model_params);
+            let ema = trainer.ema.as_ref().map(|e| e.borrow());
+            let params = ema.as_ref().map(|e| &e.store).unwrap_or(&model_params);
             let t = Instant::now();
             let (stats, n) = validate::validate(&trainer.model.network, params, vl, &device, trainer.precision.compute, &nms_cfg)?;
+            drop(ema);
             drop(model_params);
             eprintln!(
                 "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
@@ -410,22 +430,24 @@ impl Trainer<'_> {
     fn save(&self, path: &std::path::Path, state: &TrainState) -> anyhow::Result<()> {
         let mut state = state.clone();
         state.iteration = self.iteration;
-        state.ema_updates = self.ema.as_ref().map(|e| e.updates).unwrap_or(0);
+        state.ema_updates = self.ema.as_ref().map(|e| e.borrow().updates).unwrap_or(0);
         state.loss_scale = self.precision.scaler.map(|s| s.scale);
         let params = self.model.params.borrow();
-        checkpoint::save(path, &params, self.ema.as_ref().map(|e| &e.store), self.optim.state(&params), &state)
+        let ema = self.ema.as_ref().map(|e| e.borrow());
+        checkpoint::save(path, &params, ema.as_ref().map(|e| &e.store), self.optim.borrow().state(&params), &state)
     }
 
     fn resume(&mut self, run: &RunDir) -> anyhow::Result<TrainState> {
         let path = run.weights("last");
         let state = checkpoint::read_state(&path)?;
         checkpoint::load_weights(&mut self.model.params.borrow_mut(), &path, "train_model.")?;
-        if let Some(ema) = self.ema.as_mut() {
+        if let Some(ema) = self.ema.as_ref() {
+            let mut ema = ema.borrow_mut();
             checkpoint::load_weights(&mut ema.store, &path, "model.")?;
             ema.updates = state.ema_updates;
         }
         let opt = checkpoint::load_optimizer(&path, &self.device)?;
-        self.optim.load_state(&self.model.params.borrow(), opt);
+        self.optim.borrow_mut().load_state(&self.model.params.borrow(), opt);
         self.iteration = state.iteration;
         if let (Some(s), Some(scale)) = (self.precision.scaler.as_mut(), state.loss_scale) {
             *s = LossScale::with_scale(scale);
@@ -456,10 +478,10 @@ fn capture_manager(
         Some("device is not CUDA".to_string())
     } else if resolved.ids.len() > 1 {
         Some("distributed training is not supported yet".to_string())
-    } else if captured != [vec!["network.forward", "loss.yolo9", "network.backward"]] {
+    } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || whole_step(&captured)) {
         let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
         Some(format!(
-            "the plan captures {}; this build captures forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`)",
+            "the plan captures {}; this build captures forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`), or the whole step with the optimizer and the EMA",
             if plan.is_empty() { "nothing".into() } else { plan.join(" and ") }
         ))
     } else if trainer.accumulate > 1 {
@@ -474,8 +496,20 @@ fn capture_manager(
             tracing::warn!("cuda_graph=true ignored ({r}); training runs eager.");
             None
         }
-        None => Some(crate::capture::CaptureManager::new("training forward/loss/backward", m.capture.threshold, m.capture.max_graphs as usize)),
+        None => {
+            let what = if whole_step(&captured) { "training step" } else { "training forward/loss/backward" };
+            Some(crate::capture::CaptureManager::new(what, m.capture.threshold, m.capture.max_graphs as usize))
+        }
     }
+}
+
+/// Whether one captured segment holds the whole step: forward, loss, backward, optionally the
+/// gradient clip, the optimizer, the EMA (when on) and optionally the schedule (host-only: it
+/// runs after the replay either way).
+pub(crate) fn whole_step(captured: &[Vec<&str>]) -> bool {
+    let [segment] = captured else { return false };
+    let core: Vec<&str> = segment.iter().copied().filter(|k| *k != "grad.clip" && *k != "schedule").collect();
+    core == ["network.forward", "loss.yolo9", "network.backward", "optimizer", "ema"] || core == ["network.forward", "loss.yolo9", "network.backward", "optimizer"]
 }
 
 /// Keeps `Arc` in scope for the loader types.

@@ -1,5 +1,8 @@
 //! The captured segment of the training step: network forward, the sync-free loss and the
-//! backward in one graph (the manifest marks `forward`, `loss` and `backward` capture = true).
+//! backward in one graph (the manifest marks `forward`, `loss` and `backward` capture = true),
+//! or the whole step with the BatchNorm statistics, gradient clip, optimizer and EMA too, their
+//! per-step scalars read from device buffers written before each replay. Host bookkeeping
+//! (counters, the schedule) stays outside the graph.
 //! The graph reads stable input buffers (refreshed in place before each replay) and the
 //! parameters' own buffers (the optimizer, EMA and BatchNorm updates write them in place,
 //! eager, after the replay); it returns the loss terms, the gradients and the BatchNorm batch
@@ -9,8 +12,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use burn::tensor::{Device, Graph, Tensor, s};
+use libreyolo_families::params::TensorMut;
 use libreyolo_families::{BatchStats, Network, ParamId, ParamStore};
+use libreyolo_stages::ema::{DecayScalars, Ema};
 use libreyolo_stages::loss::{LossTerms, Yolo9Loss};
+use libreyolo_stages::optim::{Optimizer, Scalars};
 
 use super::Trainer;
 use super::step::{ForwardSpec, backward, forward, loss};
@@ -28,6 +34,16 @@ pub struct SegmentOut {
     pub stats: Vec<BatchStats>,
 }
 
+/// The rest of a whole captured step: BatchNorm running statistics, gradient clip, optimizer and
+/// EMA, all in place on stable buffers, with this step's scalars read from device buffers.
+#[derive(Clone)]
+pub struct StepTail {
+    pub optim: Rc<RefCell<Box<dyn Optimizer>>>,
+    pub scalars: Rc<RefCell<Scalars>>,
+    pub ema: Option<(Rc<RefCell<Ema>>, Rc<RefCell<DecayScalars>>)>,
+    pub clip_max_norm: f64,
+}
+
 /// Everything the segment reads besides its inputs.
 #[derive(Clone)]
 pub struct SegmentSpec {
@@ -38,6 +54,8 @@ pub struct SegmentSpec {
     pub aux_weight: f64,
     /// Factor of the loss before backward (1 when capturing: no accumulation, no fp16 scale).
     pub factor: f64,
+    /// The whole step: the updates after backward too.
+    pub tail: Option<StepTail>,
 }
 
 impl SegmentSpec {
@@ -47,9 +65,61 @@ impl SegmentSpec {
         let (cx, maps) = forward(&self.network, &params, &self.forward, images);
         let strides = self.network.head().strides.clone();
         let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets);
-        let grads = backward(&terms.total, self.factor, &cx);
-        SegmentOut { terms, grads, stats: cx.take_batch_stats() }
+        let mut grads = backward(&terms.total, self.factor, &cx);
+        let stats = cx.take_batch_stats();
+        drop(params);
+        if let Some(tail) = &self.tail {
+            let mut params = self.params.borrow_mut();
+            params.fold_batch_stats(&stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
+            super::step::clip_global_norm(&mut grads, tail.clip_max_norm);
+            tail.optim.borrow_mut().step(&mut params, std::mem::take(&mut grads), &tail.scalars.borrow());
+            if let Some((ema, decay)) = &tail.ema {
+                ema.borrow_mut().update_device(&params, &decay.borrow());
+            }
+        }
+        SegmentOut { terms, grads, stats }
     }
+
+    /// A deep copy of every tensor the whole step writes (parameters and BatchNorm statistics,
+    /// optimizer state, EMA), to undo the capture's warm-up runs.
+    fn snapshot(&self) -> Vec<Saved> {
+        let Some(tail) = &self.tail else { return vec![] };
+        let mut out = vec![];
+        let mut save = |t: TensorMut<'_>| {
+            out.push(match t {
+                TensorMut::Rank4(t) => Saved::Rank4(t.clone().mul_scalar(1.0)),
+                TensorMut::Rank1(t) => Saved::Rank1(t.clone().mul_scalar(1.0)),
+            })
+        };
+        self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut save);
+        tail.optim.borrow_mut().tensors_mut().into_iter().for_each(|t| save(TensorMut::Rank1(t)));
+        if let Some((ema, _)) = &tail.ema {
+            ema.borrow_mut().tensors_mut().into_iter().for_each(&mut save);
+        }
+        out
+    }
+
+    /// Writes `saved` back into the same buffers, in place.
+    fn restore(&self, saved: Vec<Saved>) {
+        let Some(tail) = &self.tail else { return };
+        let mut saved = saved.into_iter();
+        let mut load = |t: TensorMut<'_>| match (t, saved.next()) {
+            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => t.inplace(|t| t.slice_assign(s![.., .., .., ..], v)),
+            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => t.inplace(|t| t.slice_assign(s![..], v)),
+            _ => unreachable!("restored in the order saved"),
+        };
+        self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
+        tail.optim.borrow_mut().tensors_mut().into_iter().for_each(|t| load(TensorMut::Rank1(t)));
+        if let Some((ema, _)) = &tail.ema {
+            ema.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
+        }
+    }
+}
+
+/// A saved state tensor.
+enum Saved {
+    Rank4(Tensor<4>),
+    Rank1(Tensor<1>),
 }
 
 type Closure = Box<dyn FnMut() -> SegmentOut>;
@@ -104,18 +174,29 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
         targets.borrow_mut().inplace(|t| t.slice_assign(s![.., .., ..], self.targets.clone()));
         let (spec, i, t) = (self.spec.clone(), images.clone(), targets.clone());
         let closure: Closure = Box::new(move || spec.run(i.borrow().clone(), t.borrow().clone()));
+        // The warm-up and capture runs of a whole step update the state: undo them after.
+        let saved = self.spec.snapshot();
         let graph = burn::tensor::capture(self.device, closure);
-        if !graph.is_hardware() && !self.allow_software {
-            return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into());
-        }
         let mut g = SegmentGraph { images, targets, graph };
-        // Check the graph against eager on this batch once (the segment has no side effects).
-        let eager = total(&self.eager());
-        let replayed = total(&self.replay(&mut g)?);
-        if !((eager - replayed).abs() <= 1e-3 * eager.abs().max(1e-6)) {
-            return Err(format!("the replayed loss {replayed} differs from eager {eager} on the capture batch"));
-        }
-        Ok(g)
+        let checked = if !g.graph.is_hardware() && !self.allow_software {
+            Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string())
+        } else {
+            // Check the graph against eager on this batch once: the loss (computed before any
+            // update of the step) of an eager forward + loss + backward, then of a replay.
+            let no_tail = SegmentSpec { tail: None, ..self.spec.clone() };
+            let eager = total(&no_tail.run(self.images.clone(), self.targets.clone()));
+            self.replay(&mut g).and_then(|out| {
+                let replayed = total(&out);
+                if (eager - replayed).abs() <= 1e-3 * eager.abs().max(1e-6) {
+                    Ok(())
+                } else {
+                    Err(format!("the replayed loss {replayed} differs from eager {eager} on the capture batch"))
+                }
+            })
+        };
+        let _ = self.device.sync();
+        self.spec.restore(saved);
+        checked.map(|()| g)
     }
 
     fn replay(&mut self, g: &mut SegmentGraph) -> Result<SegmentOut, String> {
@@ -143,6 +224,12 @@ impl Trainer<'_> {
             loss: self.loss.clone(),
             aux_weight: self.aux_weight,
             factor: self.loss_factor(),
+            tail: self.whole_step.then(|| StepTail {
+                optim: self.optim.clone(),
+                scalars: self.scalars.clone(),
+                ema: self.ema.as_ref().map(|e| (e.clone(), self.ema_scalars.clone())),
+                clip_max_norm: self.loaded.manifest.optim.clip_max_norm,
+            }),
         };
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };
         let key = ops.key();

@@ -88,6 +88,24 @@ impl Trainer<'_> {
         f
     }
 
+    /// Writes this step's optimizer and EMA scalars into their device buffers.
+    fn write_scalars(&mut self) {
+        let (lr, momentum) = self.schedule.at(self.iteration);
+        let values = self.optim.borrow().scalars(lr, momentum);
+        self.scalars.borrow_mut().write(values);
+        if let Some(ema) = &self.ema {
+            self.ema_scalars.borrow_mut().write(ema.borrow().next_decay());
+        }
+    }
+
+    /// Host bookkeeping of a captured whole step: the optimizer's and the EMA's counters.
+    fn finish_optimizer_step(&mut self) {
+        self.optim.borrow_mut().finish_step();
+        if let Some(ema) = &self.ema {
+            ema.borrow_mut().finish_update(&self.model.params.borrow());
+        }
+    }
+
     /// Runs the stages of one micro-batch. `last_micro` closes a gradient-accumulation window.
     pub(super) fn run_step(&mut self, batch: &Batch, last_micro: bool) -> anyhow::Result<StepValues> {
         let mut v = StepValues::default();
@@ -117,14 +135,24 @@ impl Trainer<'_> {
                 "network.forward" => {
                     let images = v.images.take().ok_or_else(|| anyhow::anyhow!("network.forward ran before data"))?;
                     if self.graphs.is_some() {
-                        // forward + loss + backward as one captured segment.
+                        // forward + loss + backward (and, for the whole step, the optimizer and
+                        // the EMA) as one captured segment; host bookkeeping stays here.
                         let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("the captured segment ran before data"))?;
+                        if self.whole_step {
+                            self.write_scalars();
+                        }
                         let out = self.run_segment(images, targets);
-                        self.model.params.borrow_mut().apply_batch_stats(out.stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
-                        let mut grads = out.grads;
-                        self.accumulate_grads(&mut grads);
+                        if self.whole_step {
+                            self.model.params.borrow_mut().count_batches(&out.stats);
+                            self.finish_optimizer_step();
+                            v.stepped = true;
+                        } else {
+                            self.model.params.borrow_mut().apply_batch_stats(out.stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
+                            let mut grads = out.grads;
+                            self.accumulate_grads(&mut grads);
+                            v.grads = Some(grads);
+                        }
                         v.loss = Some(out.terms);
-                        v.grads = Some(grads);
                         return Ok(());
                     }
                     let (cx, maps) = forward(&self.model.network, &self.model.params.borrow(), &self.forward_spec(), images);
@@ -153,12 +181,15 @@ impl Trainer<'_> {
                     v.grads = Some(grads);
                 }
                 "grad.clip" => {
+                    if self.whole_step {
+                        return Ok(()); // inside the captured step
+                    }
                     if let (Some(grads), true) = (v.grads.as_mut(), last_micro) {
                         clip_global_norm(grads, self.loaded.manifest.optim.clip_max_norm);
                     }
                 }
                 "optimizer" => {
-                    if !last_micro {
+                    if !last_micro || self.whole_step {
                         return Ok(());
                     }
                     let mut grads = v.grads.take().unwrap_or_default();
@@ -167,15 +198,20 @@ impl Trainer<'_> {
                     {
                         return Ok(()); // non-finite gradients: skip this step
                     }
-                    let (lr, momentum) = self.schedule.at(self.iteration);
-                    self.optim.step(&mut self.model.params.borrow_mut(), grads, lr, momentum);
+                    self.write_scalars();
+                    self.optim.borrow_mut().step(&mut self.model.params.borrow_mut(), grads, &self.scalars.borrow());
+                    self.optim.borrow_mut().finish_step();
                     v.stepped = true;
                 }
                 "ema" => {
                     if v.stepped
-                        && let Some(ema) = self.ema.as_mut()
+                        && !self.whole_step
+                        && let Some(ema) = self.ema.as_ref()
                     {
-                        ema.update(&self.model.params.borrow());
+                        let mut ema = ema.borrow_mut();
+                        let params = self.model.params.borrow();
+                        ema.update_device(&params, &self.ema_scalars.borrow());
+                        ema.finish_update(&params);
                     }
                 }
                 "schedule" => {

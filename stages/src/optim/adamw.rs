@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use burn::tensor::Tensor;
 use libreyolo_families::{ParamId, ParamStore};
 
-use super::{Optimizer, decay_for, update_param};
+use super::{Optimizer, Scalars, decay_for, trainable, update_param, zeros_for};
 
 pub struct AdamW {
     pub weight_decay: f64,
@@ -23,18 +23,33 @@ impl AdamW {
 }
 
 impl Optimizer for AdamW {
-    /// `momentum` is beta1.
-    fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, lr: f64, beta1: f64) {
-        self.steps += 1;
-        let (bc1, bc2) = (1.0 - beta1.powi(self.steps as i32), 1.0 - self.beta2.powi(self.steps as i32));
+    fn init_state(&mut self, store: &ParamStore) {
+        for (id, _) in trainable(store) {
+            self.moments.entry(id).or_insert_with(|| (zeros_for(store, id), zeros_for(store, id)));
+        }
+    }
+
+    /// Bias corrections with this step's beta1, as torch computes them.
+    fn scalars(&self, lr: f64, beta1: f64) -> [f64; 5] {
+        let t = (self.steps + 1) as i32;
+        [lr, beta1, 1.0 - beta1, 1.0 - beta1.powi(t), 1.0 - self.beta2.powi(t)]
+    }
+
+    fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
+        let (b2, eps) = (self.beta2, self.eps);
         for (id, g) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
             let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
-            m.inplace(|m| m.mul_scalar(beta1).add(g.clone().mul_scalar(1.0 - beta1)));
-            v.inplace(|v| v.mul_scalar(self.beta2).add(g.clone().square().mul_scalar(1.0 - self.beta2)));
-            let step = m.clone().div_scalar(bc1).div(v.clone().div_scalar(bc2).sqrt().add_scalar(self.eps)).mul_scalar(lr);
-            update_param(store, id, |p| p.mul_scalar(1.0 - lr * wd).sub(step));
+            m.inplace(|m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
+            v.inplace(|v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
+            let step = m.clone().div(s.bias1.clone()).div(v.clone().div(s.bias2.clone()).sqrt().add_scalar(eps)).mul(s.lr.clone());
+            let keep = s.lr.clone().mul_scalar(-wd).add_scalar(1.0);
+            update_param(store, id, |p| p.mul(keep).sub(step));
         }
+    }
+
+    fn finish_step(&mut self) {
+        self.steps += 1;
     }
 
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)> {
@@ -63,5 +78,9 @@ impl Optimizer for AdamW {
                 self.moments.insert(id, (m, v));
             }
         }
+    }
+
+    fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>> {
+        self.moments.values_mut().flat_map(|(m, v)| [m, v]).collect()
     }
 }

@@ -5,7 +5,7 @@
 pub mod adamw;
 pub mod sgd;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor, TensorData};
 use libreyolo_families::{ParamId, ParamStore, Role, Value};
 
 pub use adamw::AdamW;
@@ -37,12 +37,60 @@ pub(crate) fn flat(store: &ParamStore, id: ParamId) -> Tensor<1> {
     }
 }
 
-/// A step over the gradients of one backward pass.
+/// This step's hyper-parameters as device scalars (shape `[1]`): a captured step reads them
+/// from these stable buffers, refreshed in place before each replay, instead of constants baked
+/// into its kernels. Host values: `[lr, momentum (beta1), 1 - momentum, 1 - beta1^t, 1 - beta2^t]`.
+#[derive(Debug, Clone)]
+pub struct Scalars {
+    pub lr: Tensor<1>,
+    pub momentum: Tensor<1>,
+    pub one_minus_momentum: Tensor<1>,
+    pub bias1: Tensor<1>,
+    pub bias2: Tensor<1>,
+}
+
+impl Scalars {
+    pub fn new(values: [f64; 5], device: &Device) -> Self {
+        let t = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), device);
+        Self { lr: t(values[0]), momentum: t(values[1]), one_minus_momentum: t(values[2]), bias1: t(values[3]), bias2: t(values[4]) }
+    }
+
+    /// Writes new values into the same buffers.
+    pub fn write(&mut self, values: [f64; 5]) {
+        for (t, v) in [&mut self.lr, &mut self.momentum, &mut self.one_minus_momentum, &mut self.bias1, &mut self.bias2].into_iter().zip(values) {
+            let new = Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &t.device());
+            t.inplace(|t| t.slice_assign([0..1], new));
+        }
+    }
+}
+
+/// A step over the gradients of one backward pass. The device work (`step`) is separate from
+/// the host bookkeeping (`finish_step`), so that a captured step can replay the first while the
+/// executor does the second.
 pub trait Optimizer {
-    /// Applies one update with learning rate `lr` and momentum (SGD) or beta1 (AdamW).
-    fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, lr: f64, momentum: f64);
+    /// Allocates the state of every trainable parameter (zeros), so that every step, the first
+    /// included, runs the same operations on the same buffers.
+    fn init_state(&mut self, store: &ParamStore);
+    /// This step's scalars on the host: `[lr, momentum, 1 - momentum, bias1, bias2]`.
+    fn scalars(&self, lr: f64, momentum: f64) -> [f64; 5];
+    /// Applies one update with this step's scalars (momentum is SGD's momentum or AdamW's beta1).
+    fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, scalars: &Scalars);
+    /// Host bookkeeping after a step.
+    fn finish_step(&mut self) {}
     /// The optimizer state, by parameter name, for checkpoints.
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)>;
     /// Restores state saved by `state`.
     fn load_state(&mut self, store: &ParamStore, state: Vec<(String, Tensor<1>)>);
+    /// Every state tensor, to snapshot and restore around a graph capture.
+    fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>>;
+}
+
+/// The trainable parameters of `store` with their flat sizes.
+pub(crate) fn trainable(store: &ParamStore) -> impl Iterator<Item = (ParamId, usize)> + '_ {
+    store.entries().iter().enumerate().filter(|(_, e)| e.role.is_trainable()).map(|(i, e)| (ParamId(i), e.value.shape().iter().product::<usize>()))
+}
+
+/// A zero vector on the parameter's device and dtype.
+pub(crate) fn zeros_for(store: &ParamStore, id: ParamId) -> Tensor<1> {
+    flat(store, id).zeros_like()
 }

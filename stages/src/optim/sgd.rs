@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use burn::tensor::Tensor;
 use libreyolo_families::{ParamId, ParamStore};
 
-use super::{Optimizer, decay_for, flat, update_param};
+use super::{Optimizer, Scalars, decay_for, flat, trainable, update_param, zeros_for};
 
 pub struct Sgd {
     pub weight_decay: f64,
@@ -22,26 +22,26 @@ impl Sgd {
 }
 
 impl Optimizer for Sgd {
-    fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, lr: f64, momentum: f64) {
+    fn init_state(&mut self, store: &ParamStore) {
+        for (id, _) in trainable(store) {
+            self.buffers.entry(id).or_insert_with(|| zeros_for(store, id));
+        }
+    }
+
+    fn scalars(&self, lr: f64, momentum: f64) -> [f64; 5] {
+        [lr, momentum, 1.0 - momentum, 1.0, 1.0]
+    }
+
+    /// With zero-initialised buffers, `buf = momentum * buf + g` is `g` at the first step,
+    /// exactly torch's `buf = g`.
+    fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         for (id, grad) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
             let g = if wd > 0.0 { grad.add(flat(store, id).mul_scalar(wd)) } else { grad };
-            let g = if momentum > 0.0 {
-                let buf = match self.buffers.get_mut(&id) {
-                    Some(buf) => {
-                        buf.inplace(|b| b.mul_scalar(momentum).add(g.clone()));
-                        buf.clone()
-                    }
-                    None => {
-                        self.buffers.insert(id, g.clone());
-                        g.clone()
-                    }
-                };
-                if self.nesterov { g.add(buf.mul_scalar(momentum)) } else { buf }
-            } else {
-                g
-            };
-            update_param(store, id, |p| p.sub(g.mul_scalar(lr)));
+            let buf = self.buffers.entry(id).or_insert_with(|| g.zeros_like());
+            buf.inplace(|b| b.mul(s.momentum.clone()).add(g.clone()));
+            let g = if self.nesterov { g.add(buf.clone().mul(s.momentum.clone())) } else { buf.clone() };
+            update_param(store, id, |p| p.sub(g.mul(s.lr.clone())));
         }
     }
 
@@ -58,5 +58,9 @@ impl Optimizer for Sgd {
                 self.buffers.insert(id, t);
             }
         }
+    }
+
+    fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>> {
+        self.buffers.values_mut().collect()
     }
 }
