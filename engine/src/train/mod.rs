@@ -245,7 +245,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
             imgsz: m.run.imgsz.to_string(),
             precision: trainer.precision.describe(),
             workers: m.data.workers,
-            capture: false,
+            capture: trainer.graphs.is_some(),
             manifest: loaded.source.path.display().to_string(),
         };
         let observe = resolved.backend == crate::device::Backend::Cuda;
@@ -448,6 +448,7 @@ impl Trainer<'_> {
         }
         let opt = checkpoint::load_optimizer(&path, &self.device)?;
         self.optim.borrow_mut().load_state(&self.model.params.borrow(), opt);
+        self.optim.borrow_mut().resume_steps(state.iteration as u64);
         self.iteration = state.iteration;
         if let (Some(s), Some(scale)) = (self.precision.scaler.as_mut(), state.loss_scale) {
             *s = LossScale::with_scale(scale);

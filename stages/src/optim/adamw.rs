@@ -52,6 +52,11 @@ impl Optimizer for AdamW {
         self.steps += 1;
     }
 
+    /// The bias corrections continue from the checkpoint's step count.
+    fn resume_steps(&mut self, steps: u64) {
+        self.steps = steps;
+    }
+
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)> {
         let mut out = vec![];
         for (id, (m, v)) in &self.moments {

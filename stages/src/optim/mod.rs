@@ -77,6 +77,8 @@ pub trait Optimizer {
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, scalars: &Scalars);
     /// Host bookkeeping after a step.
     fn finish_step(&mut self) {}
+    /// Continues after `steps` optimizer steps (resume).
+    fn resume_steps(&mut self, _steps: u64) {}
     /// The optimizer state, by parameter name, for checkpoints.
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)>;
     /// Restores state saved by `state`.
