@@ -38,6 +38,8 @@ remote)
     bin=/tmp/libreyolo-run
     xz -dc "$GPU_DIR/libreyolo-run.xz" > "$bin" && chmod +x "$bin"
     export LIBREYOLO_KERNEL_CACHE=/tmp/libreyolo-kernels
+    # The driver's PTX -> SASS JIT cache travels with the kernel cache as well.
+    export CUDA_CACHE_PATH=$LIBREYOLO_KERNEL_CACHE/nv-compute-cache CUDA_CACHE_MAXSIZE=4294967296
     mkdir -p "$LIBREYOLO_KERNEL_CACHE"
     if [ -f "$GPU_DIR/kernels.tar.xz" ]; then
         tar -xJf "$GPU_DIR/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE"

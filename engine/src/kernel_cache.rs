@@ -4,7 +4,9 @@
 //! network); cubecl can persist both. By default cubecl stores them under the outermost Cargo
 //! workspace's `target/` or the user cache; we pin one directory so that a run outside the
 //! source tree (the GPU machine) and a run inside it share the cache, and so it can be carried
-//! between machines. Each warm-up also appends its autotune decisions and kernel compilations
+//! between machines. The PTX of compiled kernels is kept there too (cubecl's compilation cache,
+//! off by default), and `scripts/gpu.sh` points the driver's own JIT cache (`CUDA_CACHE_PATH`)
+//! inside it. Each warm-up also appends its autotune decisions and kernel compilations
 //! there (`autotune-decisions.jsonl`, `compilations.log`), so warm-up cost can be attributed.
 
 use std::path::PathBuf;
@@ -41,6 +43,9 @@ pub fn configure() -> Option<PathBuf> {
     // Environment overrides (CUBECL_AUTOTUNE_LEVEL, CUBECL_DEBUG_LOG, ...) still apply.
     let mut config = CubeClRuntimeConfig::default().override_from_env();
     config.environment.path = cubecl_environment::persistence::CacheConfig::Directory(dir.clone());
+    // Compiled kernels (PTX) persist too: off by default in cubecl, and without it every run
+    // recompiles every kernel with NVRTC even when the autotune results are cached.
+    config.compilation.cache = true;
     // One JSON line per autotune decision (key, every candidate's time, the winner) and one log
     // line per kernel compilation, beside the cache: what a warm-up spent its time on.
     if !config.autotune.decisions_enabled() {
