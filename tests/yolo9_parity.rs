@@ -114,3 +114,34 @@ fn weights_round_trip_and_mismatches_are_listed() {
     let err = libreyolo_families::weights::load_safetensors(&mut with_aux, &file, false).unwrap_err().to_string();
     assert!(err.contains("missing key(s)") && err.contains("aux.spp.cv1.conv.weight"), "{err}");
 }
+
+/// A LibreYOLO `.pt` checkpoint (state dict under `model`, made by
+/// tests/fixtures/make_pt_fixture.py from the fixture's weights, a head bias stored as float16)
+/// loads through burn-store's pickle reader with the same values as the safetensors file.
+#[test]
+fn libreyolo_pt_checkpoints_load() {
+    let pt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/yolo9t_subset.pt");
+    let (_, mut ours) = build("yolo9t.toml", 80, false);
+    let report = libreyolo_families::weights::load_pytorch(&mut ours, &pt, true).unwrap();
+    assert_eq!(report.loaded, 5);
+    let (_, expected) = fixture_model();
+    for key in ["backbone.conv0.conv.weight", "backbone.conv0.bn.weight", "backbone.conv0.bn.running_var", "head.cv3.0.2.bias"] {
+        let id = ours.find(key).unwrap();
+        let (a, b) = match (&ours.entry(id).value, &expected.entry(id).value) {
+            (Value::Rank4(x), Value::Rank4(y)) => (read(x).1, read(y).1),
+            (Value::Rank1(x), Value::Rank1(y)) => (read(x).1, read(y).1),
+            _ => panic!("{key}: kinds differ"),
+        };
+        // float16 storage rounds the head bias; everything else is exact.
+        let tol = if key.starts_with("head") { 1e-2 } else { 0.0 };
+        assert!(max_abs_diff(&a, &b) <= tol, "{key}: {}", max_abs_diff(&a, &b));
+    }
+    let count = ours.find("backbone.conv0.bn.num_batches_tracked").unwrap();
+    assert!(matches!((&ours.entry(count).value, &expected.entry(count).value), (Value::Count(a), Value::Count(b)) if a == b));
+    // A strict load names what the file lacks.
+    let err = libreyolo_families::weights::load_pytorch(&mut ours, &pt, false).unwrap_err().to_string();
+    assert!(err.contains("missing key(s)") && err.contains("backbone.conv1.conv.weight"), "{err}");
+    // A file that is not a checkpoint is a clear error.
+    let err = libreyolo_families::weights::load_pytorch(&mut ours, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"), false).unwrap_err().to_string();
+    assert!(err.contains("not a readable PyTorch checkpoint"), "{err}");
+}

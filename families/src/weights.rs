@@ -1,4 +1,5 @@
-//! Weights in safetensors files with LibreYOLO's `state_dict` key names.
+//! Weights in safetensors files with LibreYOLO's `state_dict` key names, and LibreYOLO's
+//! PyTorch checkpoints (`.pt`, read with burn-store's pickle reader; loading only).
 //!
 //! Loading checks the file against the network: every key must be present with its shape, and
 //! no key may be left over; otherwise the error lists the missing, unexpected and mis-shaped
@@ -47,24 +48,87 @@ pub fn load_prefixed(store: &mut ParamStore, path: &Path, prefix: &str, partial:
     let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
     let file = SafeTensors::deserialize(&bytes)
         .map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
+    load_from(store, path, &file, prefix, partial)
+}
+
+/// Loads a PyTorch checkpoint (`.pt`/`.pth`) written by LibreYOLO: the state dict under its
+/// `model` key (the EMA weights), or the file itself when it is a bare state dict.
+pub fn load_pytorch(store: &mut ParamStore, path: &Path, partial: bool) -> Result<LoadReport, WeightsError> {
+    use burn::store::pytorch_reader::PytorchReader;
+    let format = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
+    let reader = match PytorchReader::with_top_level_key(path, "model") {
+        Ok(r) if !r.is_empty() => r,
+        _ => PytorchReader::new(path).map_err(|e| format(format!("not a readable PyTorch checkpoint: {e}")))?,
+    };
+    load_from(store, path, &reader, "", partial)
+}
+
+/// A file of named tensors.
+trait TensorFile {
+    fn names(&self) -> Vec<String>;
+    fn shape(&self, name: &str) -> Option<Vec<usize>>;
+    /// The tensor's element type and little-endian bytes.
+    fn bytes(&self, name: &str) -> Result<(Dtype, Vec<u8>), String>;
+}
+
+impl TensorFile for SafeTensors<'_> {
+    fn names(&self) -> Vec<String> {
+        SafeTensors::names(self).into_iter().map(str::to_string).collect()
+    }
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.tensor(name).ok().map(|v| v.shape().to_vec())
+    }
+    fn bytes(&self, name: &str) -> Result<(Dtype, Vec<u8>), String> {
+        let v: TensorView = self.tensor(name).map_err(|e| e.to_string())?;
+        Ok((v.dtype(), v.data().to_vec()))
+    }
+}
+
+impl TensorFile for burn::store::pytorch_reader::PytorchReader {
+    fn names(&self) -> Vec<String> {
+        self.keys()
+    }
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.get(name).map(|t| t.shape().to_vec())
+    }
+    fn bytes(&self, name: &str) -> Result<(Dtype, Vec<u8>), String> {
+        use burn::store::pytorch_reader::DType as P;
+        let t = self.get(name).ok_or_else(|| format!("no tensor `{name}`"))?;
+        let dtype = match t.dtype() {
+            P::F64 => Dtype::F64,
+            P::F32 => Dtype::F32,
+            P::F16 => Dtype::F16,
+            P::BF16 => Dtype::BF16,
+            P::I64 => Dtype::I64,
+            P::I32 => Dtype::I32,
+            other => return Err(format!("unsupported element type {other:?}")),
+        };
+        // The reader returns native-endian bytes; the targets here are little-endian.
+        Ok((dtype, t.read().map_err(|e| e.to_string())?))
+    }
+}
+
+fn load_from(store: &mut ParamStore, path: &Path, file: &dyn TensorFile, prefix: &str, partial: bool) -> Result<LoadReport, WeightsError> {
     let has_aux = store.entries().iter().any(|e| AUX_PREFIXES.iter().any(|p| e.name.starts_with(p)));
     let key = |name: &str| format!("{prefix}{name}");
 
     let mut missing = vec![];
     let mut mismatched = vec![];
     for entry in store.entries() {
-        match file.tensor(&key(&entry.name)) {
-            Ok(view) if view.shape() != entry.value.shape().as_slice() => {
-                mismatched.push(format!("{}: network {:?}, file {:?}", entry.name, entry.value.shape(), view.shape()));
+        match file.shape(&key(&entry.name)) {
+            Some(shape) if shape != entry.value.shape() => {
+                mismatched.push(format!("{}: network {:?}, file {:?}", entry.name, entry.value.shape(), shape));
             }
-            Ok(_) => {}
-            Err(_) if partial => {}
-            Err(_) => missing.push(entry.name.clone()),
+            Some(_) => {}
+            None if partial => {}
+            None => missing.push(entry.name.clone()),
         }
     }
     let mut skipped_aux = 0;
     let mut unexpected = vec![];
-    for name in file.names() {
+    let mut names = file.names();
+    names.sort();
+    for name in names {
         let Some(name) = name.strip_prefix(prefix) else { continue };
         if store.find(name).is_none() {
             if !has_aux && AUX_PREFIXES.iter().any(|p| name.starts_with(p)) {
@@ -95,26 +159,26 @@ pub fn load_prefixed(store: &mut ParamStore, path: &Path, prefix: &str, partial:
     let format_err = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
     for i in 0..store.len() {
         let entry = store.entry_mut(crate::params::ParamId(i));
-        let Ok(view) = file.tensor(&key(&entry.name)) else { continue };
+        let Some(shape) = file.shape(&key(&entry.name)) else { continue };
+        let (dtype, bytes) = file.bytes(&key(&entry.name)).map_err(|m| format_err(format!("{}: {m}", entry.name)))?;
         entry.value = match &entry.value {
             Value::Rank4(t) => {
-                let data = TensorData::new(floats(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, view.shape().to_vec());
+                let data = TensorData::new(floats(dtype, &bytes).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, shape);
                 Value::Rank4(Tensor::from_data(data, &t.device()))
             }
             Value::Rank1(t) => {
-                let data = TensorData::new(floats(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, view.shape().to_vec());
+                let data = TensorData::new(floats(dtype, &bytes).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, shape);
                 Value::Rank1(Tensor::from_data(data, &t.device()))
             }
-            Value::Count(_) => Value::Count(integer(&view).map_err(|m| format_err(format!("{}: {m}", entry.name)))?),
+            Value::Count(_) => Value::Count(integer(dtype, &bytes).map_err(|m| format_err(format!("{}: {m}", entry.name)))?),
         };
         loaded += 1;
     }
     Ok(LoadReport { loaded, skipped_aux })
 }
 
-fn floats(view: &TensorView) -> Result<Vec<f32>, String> {
-    let d = view.data();
-    Ok(match view.dtype() {
+fn floats(dtype: Dtype, d: &[u8]) -> Result<Vec<f32>, String> {
+    Ok(match dtype {
         Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
         Dtype::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
         Dtype::F16 => d.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
@@ -123,9 +187,8 @@ fn floats(view: &TensorView) -> Result<Vec<f32>, String> {
     })
 }
 
-fn integer(view: &TensorView) -> Result<i64, String> {
-    let d = view.data();
-    match (view.dtype(), d.len()) {
+fn integer(dtype: Dtype, d: &[u8]) -> Result<i64, String> {
+    match (dtype, d.len()) {
         (Dtype::I64, 8) => Ok(i64::from_le_bytes(d.try_into().unwrap())),
         (Dtype::I32, 4) => Ok(i32::from_le_bytes(d.try_into().unwrap()) as i64),
         (dtype, _) => Err(format!("expected an int64 scalar, found {dtype:?} of {} bytes", d.len())),
@@ -187,7 +250,7 @@ pub fn read_vectors(path: &Path, prefix: &str, device: &burn::tensor::Device) ->
     let mut out = vec![];
     for (name, view) in file.tensors() {
         let Some(rest) = name.strip_prefix(prefix) else { continue };
-        let values = floats(&view).map_err(|message| WeightsError::Format { path: path.to_path_buf(), message })?;
+        let values = floats(view.dtype(), view.data()).map_err(|message| WeightsError::Format { path: path.to_path_buf(), message })?;
         let n = values.len();
         out.push((rest.to_string(), Tensor::from_data(TensorData::new(values, [n]), device)));
     }
