@@ -27,6 +27,7 @@ fn dry_run_prints_settings_device_and_plan() {
     assert!(stdout.contains("cpu (flex) - device=cpu"), "{stdout}");
     assert!(stdout.contains("7 stages, 5 segments, 4 seams"), "{stdout}");
     assert!(stdout.contains("#2 captured [forward]"), "{stdout}");
+    assert!(stdout.contains("this build: cuda_graph=true ignored (device is not CUDA)"), "{stdout}");
     assert!(stdout.contains("#3 | #4  loss.loss"), "{stdout}");
 }
 

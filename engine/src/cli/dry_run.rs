@@ -85,5 +85,16 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             if values.is_empty() { "(ordering only)".to_string() } else { values.join(", ") }
         );
     }
+    if m.capture.enabled {
+        let _ = writeln!(
+            out,
+            "\nthis build: {}",
+            match crate::train::capture_support(loaded, dag, device) {
+                Ok(crate::train::CaptureSupport::WholeStep) => "captures the whole step (forward, loss, backward, optimizer, EMA) as one graph".to_string(),
+                Ok(crate::train::CaptureSupport::Segment) => "captures forward + loss + backward as one graph; optimizer, EMA and schedule eager".to_string(),
+                Err(why) => format!("cuda_graph=true ignored ({why}); training runs eager"),
+            }
+        );
+    }
     out
 }
