@@ -61,6 +61,8 @@ def ours(args, batch, graph, out):
            f"precision.amp={'false' if args.dtype == 'f32' else 'true'}"]
     if graph:
         cmd += ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]
+    if args.isolated:
+        cmd += ["data.fixed_batch=true"]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.time() - t0
@@ -69,6 +71,7 @@ def ours(args, batch, graph, out):
     p = json.load(open(os.path.join(out, name, "profile.json")))
     return {"engine": "libreyolo-run", "mode": "whole-step graph" if graph else "eager", "batch": batch,
             "step_ms": p["real"]["step_ms"], "img_per_s": p["real"]["img_per_s"], "dataload_ms": p["real"]["dataload_ms"],
+            "step_ms_min": p["real"].get("step_ms_min"), "step_ms_median": p["real"].get("step_ms_median"),
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
             "peak_memory_mb": p.get("peak_memory_mb"), "wall_s": wall, "captured": p["meta"]["capture"]}
 
@@ -99,6 +102,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--docs", action="store_true", help="append the table to docs/performance.md")
+    ap.add_argument("--isolated", action="store_true",
+                    help="libreyolo-run trains every step on one batch (data.fixed_batch=true): step time without the loader")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     graphs = [False] if args.device == "cpu" else [False, True]
@@ -117,7 +122,7 @@ def main():
         "machine": {"host": platform.node(), "cpu_count": os.cpu_count(), "device": args.device,
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "software": {"libreyolo": libreyolo.__version__, "torch": torch.__version__, "libreyolo-run": version},
-        "settings": {k: getattr(args, k) for k in ("batch", "imgsz", "dtype", "warmup", "steps", "workers")},
+        "settings": {k: getattr(args, k) for k in ("batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated")},
         "units": {"step_ms": "ms", "img_per_s": "images/s", "dataload_ms": "ms", "peak_memory_mb": "MB", "wall_s": "s"},
         "rows": rows,
     }

@@ -40,6 +40,7 @@ fn profile_run_writes_valid_artifacts_and_a_verdict() {
         assert!(phases.contains(&ph), "phase {ph} missing from {phases:?}");
     }
     assert!(p.real.step_ms > 0.0 && p.real.img_per_s > 0.0);
+    assert!(0.0 < p.real.step_ms_min && p.real.step_ms_min <= p.real.step_ms_median && p.real.step_ms_min <= p.real.step_ms);
     assert!((p.real.img_per_s - 8.0 / (p.real.step_ms / 1000.0)).abs() < 1e-6);
     assert!(p.composition_total_ms > 0.0);
     // No kernel view on the CPU: utilisation is 0, so the verdict is host / launch unless the
@@ -86,7 +87,9 @@ fn profile_run_writes_valid_artifacts_and_a_verdict() {
 #[test]
 fn profile_true_measures_its_window_then_training_continues() {
     let dir = tempfile::tempdir().unwrap();
-    let mut args: Vec<String> = vec!["manifests/yolo9t.toml".into(), "name=run".into(), "epochs=2".into(), "val=false".into(), "profile=true".into()];
+    // data.fixed_batch: every step trains on the first batch (step time without the loader).
+    let mut args: Vec<String> =
+        vec!["manifests/yolo9t.toml".into(), "name=run".into(), "epochs=2".into(), "val=false".into(), "profile=true".into(), "data.fixed_batch=true".into()];
     args.extend(small(dir.path()));
     let out = bin().args(&args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -93,6 +93,10 @@ pub struct DataSettings {
     /// Per-image cap on ground-truth boxes; targets are padded to this many rows.
     #[serde(default = "defaults::max_labels")]
     pub max_labels: usize,
+    /// Benchmarks: every step trains on the epoch's first batch again (the step time in
+    /// isolation, without the loader; LibreYOLO's documented way of timing a step).
+    #[serde(default)]
+    pub fixed_batch: bool,
 }
 
 /// `[model]`: which network to build.

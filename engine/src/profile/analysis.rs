@@ -75,6 +75,11 @@ pub struct Window {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Real {
     pub step_ms: f64,
+    /// Fastest and median real step.
+    #[serde(default)]
+    pub step_ms_min: f64,
+    #[serde(default)]
+    pub step_ms_median: f64,
     pub dataload_ms: f64,
     pub compute_ms: f64,
     pub img_per_s: f64,
@@ -337,6 +342,12 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
         window: Window { warmup, real_steps: real.len(), synced_steps: synced.len() },
         real: Real {
             step_ms,
+            step_ms_min: Some(real.iter().map(|s| s.dur_ms).fold(f64::INFINITY, f64::min)).filter(|m| m.is_finite()).unwrap_or(0.0),
+            step_ms_median: {
+                let mut d: Vec<f64> = real.iter().map(|s| s.dur_ms).collect();
+                d.sort_by(f64::total_cmp);
+                d.get(d.len() / 2).copied().unwrap_or(0.0)
+            },
             dataload_ms,
             compute_ms: step_ms - dataload_ms,
             img_per_s: if step_ms > 0.0 { batch as f64 / (step_ms / 1000.0) } else { 0.0 },

@@ -80,6 +80,8 @@ pub struct Trainer<'a> {
     profiler: Option<Profiler>,
     /// Where the profile is written, and whether the run stops after it.
     profile_out: Option<ProfileOut>,
+    /// `data.fixed_batch`: the batch every step trains on.
+    fixed_batch: Option<libreyolo_stages::data::Batch>,
     /// The capture manager of the forward + loss + backward segment, when it is captured.
     graphs: Option<crate::capture::CaptureManager<segment::SegmentGraph>>,
 }
@@ -195,6 +197,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         profiler: None,
         profile_out: None,
         graphs: None,
+        fixed_batch: None,
     };
     if m.capture.enabled
         && let Some((graphs, whole)) = capture_manager(loaded, dag, resolved)
@@ -354,12 +357,19 @@ impl Trainer<'_> {
             if let Some(p) = self.profiler.as_mut() {
                 p.begin_step();
             }
-            let Ok(batch) = batches.recv() else {
+            let next = match (&self.fixed_batch, i < total) {
+                (Some(b), true) => Ok(b.clone()),
+                _ => batches.recv(),
+            };
+            let Ok(batch) = next else {
                 if let Some(p) = self.profiler.as_mut() {
                     p.abandon_step();
                 }
                 break;
             };
+            if self.loaded.manifest.data.fixed_batch && self.fixed_batch.is_none() {
+                self.fixed_batch = Some(batch.clone());
+            }
             if let Some(p) = self.profiler.as_mut() {
                 p.fetched();
             }
