@@ -42,6 +42,10 @@ pub struct Profiler {
     kernels: Option<KernelRecorder>,
     /// Whether the backend issues cubecl kernels the observer can time.
     observe_kernels: bool,
+    /// Graph replays in the synced half: their GPU time is the synced phase's wall time (a
+    /// replay issues no launches the observer could see).
+    replays: Vec<analysis::KernelEvent>,
+    replay_in_phase: bool,
     pages_at_real_start: Option<u64>,
     pages_per_step: Option<f64>,
     peak_bytes: Option<u64>,
@@ -70,6 +74,8 @@ impl Profiler {
             current: None,
             kernels: None,
             observe_kernels,
+            replays: vec![],
+            replay_in_phase: false,
             pages_at_real_start: None,
             pages_per_step: None,
             peak_bytes: None,
@@ -131,9 +137,16 @@ impl Profiler {
         }
     }
 
+    /// A captured graph was replayed in the current phase.
+    pub fn graph_replayed(&mut self) {
+        self.replay_in_phase = true;
+    }
+
     /// The phase entered last ends.
     pub fn exit(&mut self) {
         let synced = self.synced();
+        let replayed = std::mem::take(&mut self.replay_in_phase);
+        let step = self.seen;
         let Some(open) = self.current.as_mut() else { return };
         let t0 = Instant::now();
         if synced {
@@ -145,7 +158,11 @@ impl Profiler {
         let end = Instant::now();
         if let Some((phase, start)) = open.phase.take() {
             let start_ms = start.duration_since(self.clock).as_secs_f64() * 1e3;
-            open.phases.push(PhaseSpan { phase, start_ms, dur_ms: end.duration_since(start).as_secs_f64() * 1e3 });
+            let dur_ms = end.duration_since(start).as_secs_f64() * 1e3;
+            if synced && replayed && self.observe_kernels {
+                self.replays.push(analysis::KernelEvent { name: "cuda graph replay".into(), phase: phase.clone(), step, start_ms, dur_ms });
+            }
+            open.phases.push(PhaseSpan { phase, start_ms, dur_ms });
         }
         if synced && let Some(u) = self.device.memory_pool_report() {
             let peak: u64 = u.iter().map(|p| p.pages_peak * p.page_size).sum();
@@ -183,7 +200,8 @@ impl Profiler {
     /// Ends the window: resolves kernel times and analyses.
     pub fn finish(mut self) -> Profile {
         let _ = self.device.sync();
-        let kernels = self.kernels.take().map(|k| k.finish(self.clock)).unwrap_or_default();
+        let mut kernels = self.kernels.take().map(|k| k.finish(self.clock)).unwrap_or_default();
+        kernels.append(&mut self.replays);
         let real = self.steps.iter().filter(|s| !s.synced).count().max(1);
         let m = Measurements {
             steps: self.steps,

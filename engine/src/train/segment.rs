@@ -233,6 +233,14 @@ impl Trainer<'_> {
         };
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };
         let key = ops.key();
-        self.graphs.as_mut().expect("run_segment needs the capture manager").run(&key, &mut ops)
+        let graphs = self.graphs.as_mut().expect("run_segment needs the capture manager");
+        let before = graphs.info().captured.iter().map(|g| g.replays).sum::<u64>();
+        let out = graphs.run(&key, &mut ops);
+        if graphs.info().captured.iter().map(|g| g.replays).sum::<u64>() > before
+            && let Some(p) = self.profiler.as_mut()
+        {
+            p.graph_replayed();
+        }
+        out
     }
 }
