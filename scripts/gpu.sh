@@ -5,7 +5,8 @@
 # carried back and forth so warm-up is paid once. See docs/gpu.md.
 #
 # Here (CPU machine):
-#   scripts/gpu.sh pack                   # cargo build --release, strip, xz -> .gpu/libreyolo-run.xz
+#   scripts/gpu.sh pack                   # cargo build --release, strip, xz -> .gpu/libreyolo-run.xz,
+#                                         # plus .gpu/parity and .gpu/coco128 (fixtures and data)
 #   scripts/gpu.sh keep-cache DIR         # after a device call: copy DIR/kernels.tar.xz into .gpu/
 # There (device tool, carry [".gpu"]):
 #   bash scripts/gpu.sh remote 'ARGS' ['@SECONDS:ARGS' ...]
@@ -25,7 +26,11 @@ pack)
     mkdir -p "$GPU_DIR"
     strip -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
     xz -6 -T0 -f "$GPU_DIR/libreyolo-run"
-    ls -l "$GPU_DIR"
+    # The parity fixture and COCO128 travel too: the GPU machine has no ../shared.
+    rm -rf "$GPU_DIR/parity" "$GPU_DIR/coco128"
+    cp -r ../shared/parity "$GPU_DIR/parity" && rm -f "$GPU_DIR"/parity/*.py
+    cp -r ../shared/data/coco128 "$GPU_DIR/coco128"
+    du -sh "$GPU_DIR"/*
     ;;
 keep-cache)
     src="${2:?usage: scripts/gpu.sh keep-cache DIR_WITH_kernels.tar.xz}"
