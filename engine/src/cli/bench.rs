@@ -98,16 +98,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             let (network, params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
             let mut rows = vec![];
             for d in dtype {
-                let cfg = bench::network::NetworkBench {
-                    batch: args.batch,
-                    height: args.imgsz,
-                    width: args.imgsz,
-                    dtype: (*d).into(),
-                    warmup: args.warmup,
-                    iters: args.iters,
-                    train: !forward_only,
-                };
-                rows.extend(bench::network::run(&cfg, &network, &params, &dev));
+                rows.extend(bench::network::run(&network_bench(args, *d, !forward_only), &network, &params, &dev));
             }
             bench::print_table(&format!("network ({})", manifest.display()), &rows);
             rows
@@ -130,17 +121,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             for d in dtype {
                 all.extend(bench::ops::run(&ops, (*d).into(), &dev, args.warmup, args.iters));
                 // The whole network (no PGI branch) for the same table.
-                let cfg = bench::network::NetworkBench {
-                    batch: args.batch,
-                    height: args.imgsz,
-                    width: args.imgsz,
-                    dtype: (*d).into(),
-                    warmup: args.warmup,
-                    iters: args.iters,
-                    train: true,
-                };
                 let (plain, plain_params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
-                let t = bench::network::run(&cfg, &plain, &plain_params, &dev);
+                let t = bench::network::run(&network_bench(args, *d, true), &plain, &plain_params, &dev);
                 let dt = format!("{:?}", FloatDType::from(*d));
                 for (timing, category) in t.iter().zip(["network forward (eval)", "network forward+backward"]) {
                     network_rows.push(serde_json::json!({"category": category, "dtype": dt, "ms": timing.mean_ms, "first_s": timing.first_s}));
@@ -183,4 +165,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// The network timing of `args` in dtype `d` (with the training forward+backward when `train`).
+fn network_bench(args: &BenchArgs, d: Dtype, train: bool) -> bench::network::NetworkBench {
+    bench::network::NetworkBench {
+        batch: args.batch,
+        height: args.imgsz,
+        width: args.imgsz,
+        dtype: d.into(),
+        warmup: args.warmup,
+        iters: args.iters,
+        train,
+    }
 }
