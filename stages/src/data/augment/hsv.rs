@@ -21,9 +21,10 @@ pub fn jitter(img: &mut RgbImage, rng: &mut impl Rng) {
     let hue: Vec<u8> = (0..180i32).map(|h| (h + offsets[0]).rem_euclid(180) as u8).collect();
     let sat: Vec<u8> = (0..256i32).map(|s| (s + offsets[1]).clamp(0, 255) as u8).collect();
     let val: Vec<u8> = (0..256i32).map(|v| (v + offsets[2]).clamp(0, 255) as u8).collect();
-    for px in img.pixels_mut() {
-        let (h, s, v) = rgb_to_hsv(px.0);
-        px.0 = hsv_to_rgb(hue[h as usize], sat[s as usize], val[v as usize]);
+    let (sdiv, hdiv) = tables();
+    for px in img.as_mut().chunks_exact_mut(3) {
+        let (h, s, v) = rgb_to_hsv_with([px[0], px[1], px[2]], sdiv, hdiv);
+        px.copy_from_slice(&hsv_to_rgb(hue[h as usize], sat[s as usize], val[v as usize]));
     }
 }
 
@@ -45,8 +46,13 @@ fn tables() -> &'static ([i32; 256], [i32; 256]) {
 }
 
 /// OpenCV's `COLOR_RGB2HSV` for 8-bit images (its integer algorithm).
-pub fn rgb_to_hsv([r, g, b]: [u8; 3]) -> (u8, u8, u8) {
+pub fn rgb_to_hsv(rgb: [u8; 3]) -> (u8, u8, u8) {
     let (sdiv, hdiv) = tables();
+    rgb_to_hsv_with(rgb, sdiv, hdiv)
+}
+
+#[inline(always)]
+fn rgb_to_hsv_with([r, g, b]: [u8; 3], sdiv: &[i32; 256], hdiv: &[i32; 256]) -> (u8, u8, u8) {
     let (r, g, b) = (r as i32, g as i32, b as i32);
     let v = r.max(g).max(b);
     let diff = v - r.min(g).min(b);
@@ -66,6 +72,7 @@ pub fn rgb_to_hsv([r, g, b]: [u8; 3]) -> (u8, u8, u8) {
 }
 
 /// HSV (OpenCV 8-bit scales) to RGB, in integers: the hue circle has 6 sectors of 30 half-degrees.
+#[inline(always)]
 pub fn hsv_to_rgb(h: u8, s: u8, v: u8) -> [u8; 3] {
     if s == 0 {
         return [v, v, v];
