@@ -125,3 +125,18 @@ fn ctrl_c_saves_last_and_exits_cleanly() {
     let log = std::fs::read_to_string(run.join("train.log")).unwrap();
     assert!(log.contains("weights/last saved") || log.contains("epoch "), "{log}");
 }
+
+#[test]
+fn patience_stops_a_run_that_no_longer_improves() {
+    let dir = tempfile::tempdir().unwrap();
+    // A learning rate of ~0 keeps mAP50-95 at its first value: no epoch improves on it.
+    let mut args = small(dir.path(), "patient", 8);
+    args.extend(["patience=2".into(), "lr0=1e-12".into(), "batch=32".into()]);
+    let out = bin().args(&args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("early stopping: no improvement in mAP50-95 for 2 epochs (best 0.0000 at epoch 1); patience=2"), "{stderr}");
+    let run = dir.path().join("patient");
+    assert_eq!(csv_rows(&run).len(), 3, "epochs 1-3 recorded, then stopped");
+    assert!(run.join("weights/last.safetensors").exists());
+}

@@ -50,6 +50,8 @@ pub struct TrainSummary {
     pub last: Option<EpochRecord>,
     pub best_fitness: Option<f64>,
     pub interrupted: bool,
+    /// Stopped by `patience` before the last epoch.
+    pub stopped_early: bool,
 }
 
 pub struct Trainer<'a> {
@@ -257,6 +259,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
 
     let mut last = None;
     let mut interrupted = false;
+    let mut stopped_early = false;
     let first_epoch = state.next_epoch;
     for epoch in first_epoch..epochs {
         let mosaic = epoch < no_aug_start;
@@ -335,13 +338,33 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         if let Err(e) = plots::draw(&run.path, &run.records()) {
             tracing::warn!("could not draw the plots: {e:#}");
         }
+        let validated = record.map.is_some();
         last = Some(record);
         if STOP.load(Ordering::SeqCst) {
             interrupted = true;
             break;
         }
+        // Early stopping: `patience` epochs since the best validated fitness (0: never).
+        if validated
+            && m.run.patience > 0
+            && let Some(best) = state.best_epoch
+            && epoch - best >= m.run.patience as usize
+            && epoch + 1 < epochs
+        {
+            let line = format!(
+                "early stopping: no improvement in mAP50-95 for {} epochs (best {:.4} at epoch {}); patience={}",
+                epoch - best,
+                state.best_fitness.unwrap_or(0.0),
+                best + 1,
+                m.run.patience
+            );
+            eprintln!("{line}");
+            run.log(&line);
+            stopped_early = true;
+            break;
+        }
     }
-    Ok(TrainSummary { run_dir: run.path.clone(), epochs_run: state.next_epoch - first_epoch, last, best_fitness: state.best_fitness, interrupted })
+    Ok(TrainSummary { run_dir: run.path.clone(), epochs_run: state.next_epoch - first_epoch, last, best_fitness: state.best_fitness, interrupted, stopped_early })
 }
 
 impl Trainer<'_> {
