@@ -93,6 +93,16 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
             return bad(key, format!("`{key}` must not be negative; got {value}"), "must be >= 0".into());
         }
     }
+    // Accepted for LibreYOLO compatibility at their YOLOv9 defaults (0); not implemented, so a
+    // non-zero value is an error rather than a setting that silently does nothing.
+    for (key, value, what) in [("augment.mixup_prob", m.augment.mixup_prob, "MixUp"), ("augment.perspective", m.augment.perspective, "perspective warping")] {
+        if value != 0.0 {
+            return Err(source
+                .error_at(&KeyPath::dotted(key), Part::Value, format!("`{key}` = {value}: {what} is not implemented in libreyolo-run yet"))
+                .with_label("only 0 is supported".to_string())
+                .with_help(Some("LibreYOLO's YOLOv9 default is 0; remove the setting or set it to 0".into())));
+        }
+    }
     for (key, [lo, hi]) in [("augment.mosaic_scale", m.augment.mosaic_scale), ("augment.mixup_scale", m.augment.mixup_scale)] {
         if !(lo > 0.0 && lo <= hi) {
             return bad(key, format!("`{key}` must be [low, high] with 0 < low <= high; got [{lo}, {hi}]"), "invalid range".into());
