@@ -82,3 +82,14 @@ fn cuda_graph_on_the_cpu_logs_one_line_and_trains_eager() {
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("cuda_graph=true ignored (device is not CUDA); training runs eager.").count(), 1, "{stderr}");
 }
+
+#[test]
+fn autobatch_on_the_cpu_uses_the_default_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = format!("project={}", dir.path().display());
+    let out = run(&["manifests/yolo9t.toml", "batch=-1", "device=cpu", "epochs=1", "imgsz=64", "val=false", &project]);
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("AutoBatch (batch=-1) needs a CUDA device; using the default batch=16"), "{stderr}");
+    assert!(stderr.contains("batch 16, 8 steps/epoch"), "{stderr}");
+}

@@ -140,7 +140,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
 
     let train_ds = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     let val_ds = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
-    let batch = m.run.batch.max(1) as usize;
+    let batch = resolve_batch(m.run.batch, resolved)?;
     let mut run = RunDir::create(&m.run.project, &m.run.name, m.run.exist_ok, m.run.resume)?;
     run.write_manifest(&loaded.source.text)?;
 
@@ -488,6 +488,23 @@ impl Trainer<'_> {
     }
 }
 
+/// The batch to train at: `run.batch`, or for `-1` (AutoBatch) Ultralytics' / LibreYOLO's CPU
+/// answer, 16, with a warning. AutoBatch probes GPU memory, which this build does not do yet.
+pub fn resolve_batch(batch: i64, resolved: &ResolvedDevice) -> anyhow::Result<usize> {
+    if batch > 0 {
+        return Ok(batch as usize);
+    }
+    match resolved.backend {
+        crate::device::Backend::Cpu => {
+            tracing::warn!("AutoBatch (batch=-1) needs a CUDA device; using the default batch=16");
+            Ok(16)
+        }
+        crate::device::Backend::Cuda => {
+            anyhow::bail!("AutoBatch (batch=-1) is not implemented on CUDA yet: give the batch, e.g. batch=16")
+        }
+    }
+}
+
 /// What this build captures of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureSupport {
@@ -509,7 +526,7 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
         .filter(|s| s.captured)
         .map(|s| s.stages.iter().map(|&i| dag.stages[i].kind.name).collect())
         .collect();
-    let batch = m.run.batch.max(1) as usize;
+    let batch = if m.run.batch > 0 { m.run.batch as usize } else { 16 };
     let accumulate = m.optim.nbs.map(|nbs| round_half_even(nbs as f64 / batch as f64).max(1)).unwrap_or(1);
     let fp16_scaling = m.precision.amp && m.precision.dtype == crate::manifest::AmpDtype::Fp16 && resolved.backend == crate::device::Backend::Cuda;
     if resolved.backend != crate::device::Backend::Cuda && !software {
