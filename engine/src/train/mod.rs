@@ -397,11 +397,12 @@ impl Trainer<'_> {
                 p.fetched();
             }
             let last_micro = (i + 1) % self.accumulate == 0 || i + 1 == total;
-            let values = self.run_step(&batch, last_micro)?;
+            let size = batch.size;
+            let values = self.run_step(batch, last_micro)?;
             if last_micro {
                 self.grad_accumulator.clear();
             }
-            images += batch.size;
+            images += size;
             if let Some(loss) = &values.loss {
                 if let Some(p) = self.profiler.as_mut() {
                     p.enter("readback");

@@ -11,6 +11,8 @@ use super::Trainer;
 /// Values flowing between the stages of one step.
 #[derive(Default)]
 pub struct StepValues {
+    /// The host batch, until the data stage uploads it.
+    pub batch: Option<Batch>,
     pub images: Option<Tensor<4>>,
     pub targets: Option<Tensor<3>>,
     pub ctx: Option<Ctx>,
@@ -29,11 +31,15 @@ pub struct StepLosses {
     pub cls_loss: f64,
 }
 
-/// One host-to-device copy of a batch; images become f32 in [0, 1] on the device.
-pub fn upload(batch: &Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
+/// One host-to-device copy of a batch, from its own buffers (no host copy), staged where the
+/// backend offers it (pinned memory on CUDA); images become f32 in [0, 1] on the device.
+pub fn upload(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
     let (b, h, w) = (batch.size, batch.height as usize, batch.width as usize);
-    let images = Tensor::<4, Int>::from_data(TensorData::new(batch.images.clone(), [b, 3, h, w]), device).float().div_scalar(255.0);
-    let targets = Tensor::<3>::from_data(TensorData::new(batch.targets.clone(), [b, batch.max_labels, 5]), device);
+    let mut images = TensorData::new(batch.images, [b, 3, h, w]);
+    let mut targets = TensorData::new(batch.targets, [b, batch.max_labels, 5]);
+    device.staging([&mut images, &mut targets].into_iter());
+    let images = Tensor::<4, Int>::from_data(images, device).float().div_scalar(255.0);
+    let targets = Tensor::<3>::from_data(targets, device);
     (images, targets)
 }
 
@@ -107,15 +113,15 @@ impl Trainer<'_> {
     }
 
     /// Runs the stages of one micro-batch. `last_micro` closes a gradient-accumulation window.
-    pub(super) fn run_step(&mut self, batch: &Batch, last_micro: bool) -> anyhow::Result<StepValues> {
-        let mut v = StepValues::default();
+    pub(super) fn run_step(&mut self, batch: Batch, last_micro: bool) -> anyhow::Result<StepValues> {
+        let mut v = StepValues { batch: Some(batch), ..Default::default() };
         let dag = self.dag; // a shared borrow for the run, apart from `self`
         for &i in &dag.order {
             let stage = &dag.stages[i];
             if let Some(p) = self.profiler.as_mut() {
                 p.enter(&stage.name);
             }
-            self.run_stage(stage.kind.name, batch, &mut v, last_micro)?;
+            self.run_stage(stage.kind.name, &mut v, last_micro)?;
             if let Some(p) = self.profiler.as_mut() {
                 p.exit();
             }
@@ -124,10 +130,11 @@ impl Trainer<'_> {
     }
 
     /// Runs one stage of kind `kind`.
-    fn run_stage(&mut self, kind: &str, batch: &Batch, v: &mut StepValues, last_micro: bool) -> anyhow::Result<()> {
+    fn run_stage(&mut self, kind: &str, v: &mut StepValues, last_micro: bool) -> anyhow::Result<()> {
         {
             match kind {
                 "data.yolo" => {
+                    let batch = v.batch.take().ok_or_else(|| anyhow::anyhow!("the data stage ran twice in one step"))?;
                     let (images, targets) = upload(batch, &self.device);
                     v.images = Some(images);
                     v.targets = Some(targets);

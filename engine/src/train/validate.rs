@@ -30,7 +30,8 @@ pub fn validate(
     let cfg = loader.config();
     let mut dets: Vec<Detection> = vec![];
     for batch in loader.epoch(0).iter() {
-        let (images, _) = upload(&batch, device);
+        let indices = batch.indices.clone();
+        let (images, _) = upload(batch, device);
         let images = match compute {
             Some(d) => images.cast(d),
             None => images,
@@ -39,7 +40,7 @@ pub fn validate(
         let pred = head.decode(&maps).cast(FloatDType::F32);
         let [b, rows, a] = pred.dims();
         let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        for (k, &index) in batch.indices.iter().enumerate().take(b) {
+        for (k, &index) in indices.iter().enumerate().take(b) {
             let (ow, oh) = ds.items[index].size;
             let ratio = (cfg.height as f32 / oh as f32).min(cfg.width as f32 / ow as f32);
             let image_pred = &values[k * rows * a..(k + 1) * rows * a];
