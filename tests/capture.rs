@@ -61,3 +61,34 @@ fn a_plan_this_build_cannot_capture_says_why_and_trains_eager() {
     assert!(ok, "{log}");
     assert!(log.contains("cuda_graph=true ignored (gradient accumulation (4 micro-batches per step) is not captured); training runs eager."), "{log}");
 }
+
+/// Validation in a captured run replays its own graphs (the batch shape and the last partial
+/// one) and scores exactly like eager validation: LibreYOLO's weights from the parity fixture
+/// give real detections to compare.
+#[test]
+fn validation_replays_its_forward_like_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = std::env::var_os("LIBREYOLO_PARITY_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/parity"))
+        .join("yolo9t_nc80.safetensors");
+    let weights = format!("weights={}", fixture.display());
+    let common = ["val=true", "eval_interval=1", "batch=48", "aux_weight=0", weights.as_str()];
+    let (ok, log) = train(dir.path(), "eager", &common);
+    assert!(ok, "{log}");
+    let mut graphed = common.to_vec();
+    graphed.extend(["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]);
+    let (ok, log) = train(dir.path(), "graph", &graphed);
+    assert!(ok, "{log}");
+    assert!(log.contains("cuda_graph: captured validation forward at input shape [48, 3, 64, 64]"), "{log}");
+    assert!(log.contains("cuda_graph: captured validation forward at input shape [32, 3, 64, 64]"), "{log}");
+    // Everything but the timing columns (images/s, seconds) is equal, detections included.
+    let row = |name: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(dir.path().join(name).join("results.csv")).unwrap();
+        let cells: Vec<String> = text.lines().nth(1).unwrap().split(',').map(str::to_string).collect();
+        cells.iter().enumerate().filter(|(i, _)| *i != 5 && *i != 6).map(|(_, c)| c.clone()).collect()
+    };
+    let (eager, graph) = (row("eager"), row("graph"));
+    assert_eq!(eager, graph);
+    assert!(eager[6].parse::<f64>().unwrap() > 0.0, "mAP50 should be above 0 with these weights: {eager:?}");
+}

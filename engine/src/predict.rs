@@ -14,7 +14,7 @@ use libreyolo_stages::val::nms::{self, Det, NmsConfig};
 use serde::Serialize;
 
 use crate::capture::CaptureManager;
-use crate::capture::forward::{Forward, ForwardGraph};
+use crate::capture::forward::{Forward, ForwardGraph, eval_forward};
 
 /// What `predict` needs besides the network: thresholds and the input size.
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ pub fn detect<'a>(
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<Det>> {
     let (x, ratio) = preprocess(image, device, cfg);
-    let mut forward = Forward { network, params, compute: cfg.compute, device, input: x };
+    let mut forward = Forward { f: eval_forward(network, params, cfg.compute), device, input: x, dtype: cfg.compute };
     let key = forward.key();
     let pred = graphs.run(&key, &mut forward);
     let [_, _, a] = pred.dims();

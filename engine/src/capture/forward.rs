@@ -1,7 +1,8 @@
-//! The eval forward (network + decode) as a burn graph, for `predict cuda_graph=...`: the
-//! input lives in a stable buffer the graph borrows (refreshed in place before each replay,
-//! burn-0.22.md 4.5), parameters are the store's own buffers, and the output is cloned after
-//! each replay, as LibreYOLO's `GraphRunner` does.
+//! The eval forward (network + decode) as a burn graph, for `predict cuda_graph=...` and for
+//! validation during a captured training run: the input lives in a stable buffer the graph
+//! borrows (refreshed in place before each replay, burn-0.22.md 4.5), parameters are read where
+//! they live (updated in place between replays), and the output is copied after each replay, as
+//! LibreYOLO's `GraphRunner` clones its static outputs.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -11,6 +12,10 @@ use libreyolo_families::{Ctx, Network, ParamStore};
 
 use super::{GraphOps, ShapeKey};
 
+/// The forward to run or capture: images `(B, 3, H, W)` in [0, 1] to decoded predictions
+/// `(B, 4 + nc, A)` in f32.
+pub type ForwardFn<'a> = Rc<dyn Fn(Tensor<4>) -> Tensor<3> + 'a>;
+
 type Closure<'a> = Box<dyn FnMut() -> Tensor<3> + 'a>;
 
 /// A captured forward and its stable input buffer.
@@ -19,16 +24,17 @@ pub struct ForwardGraph<'a> {
     graph: Graph<Tensor<3>, Closure<'a>>,
 }
 
-/// One forward of `network` on `input` (decoded predictions, f32).
+/// One forward on `input`.
 pub struct Forward<'a> {
-    pub network: &'a Network,
-    pub params: &'a ParamStore,
-    pub compute: Option<FloatDType>,
+    pub f: ForwardFn<'a>,
     pub device: &'a Device,
     pub input: Tensor<4>,
+    /// The compute dtype, part of the graph's key.
+    pub dtype: Option<FloatDType>,
 }
 
-fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, x: Tensor<4>) -> Tensor<3> {
+/// The eval forward of `network` with `params`, computing in `compute`.
+pub fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, x: Tensor<4>) -> Tensor<3> {
     let (cx, x) = match compute {
         Some(d) => (Ctx::eval_in(params, d), x.cast(d)),
         None => (Ctx::eval(params), x),
@@ -36,26 +42,30 @@ fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, x: T
     network.head().decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32)
 }
 
+/// [`run`] as a [`ForwardFn`] over borrowed weights.
+pub fn eval_forward<'a>(network: &'a Network, params: &'a ParamStore, compute: Option<FloatDType>) -> ForwardFn<'a> {
+    Rc::new(move |x| run(network, params, compute, x))
+}
+
 impl Forward<'_> {
     pub fn key(&self) -> ShapeKey {
-        ShapeKey { dims: self.input.dims().to_vec(), dtype: format!("{:?}", self.compute.unwrap_or(FloatDType::F32)) }
+        ShapeKey { dims: self.input.dims().to_vec(), dtype: format!("{:?}", self.dtype.unwrap_or(FloatDType::F32)) }
     }
 }
 
 impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
     fn eager(&mut self) -> Tensor<3> {
-        run(self.network, self.params, self.compute, self.input.clone())
+        (self.f)(self.input.clone())
     }
 
     fn capture(&mut self) -> Result<ForwardGraph<'a>, String> {
         // A buffer of our own (a fresh allocation, uniquely owned), which the closure borrows.
-        let stable = Tensor::<4>::zeros(self.input.dims(), self.device);
-        let input = Rc::new(RefCell::new(stable));
+        let input = Rc::new(RefCell::new(Tensor::<4>::zeros(self.input.dims(), self.device)));
         input.borrow_mut().inplace(|t| t.slice_assign(s![.., .., .., ..], self.input.clone()));
-        let (network, params, compute, borrowed) = (self.network, self.params, self.compute, input.clone());
-        let closure: Closure<'a> = Box::new(move || run(network, params, compute, borrowed.borrow().clone()));
+        let (f, borrowed) = (self.f.clone(), input.clone());
+        let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));
         let graph = burn::tensor::capture(self.device, closure);
-        if !graph.is_hardware() {
+        if !graph.is_hardware() && std::env::var_os(crate::train::segment::SOFTWARE_ENV).is_none() {
             return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into());
         }
         Ok(ForwardGraph { input, graph })
@@ -64,14 +74,14 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
     fn replay(&mut self, g: &mut ForwardGraph<'a>) -> Result<Tensor<3>, String> {
         {
             let mut x = g.input.borrow_mut();
-            if !x.can_mut() {
+            if g.graph.is_hardware() && !x.can_mut() {
                 return Err("the graph's input buffer is shared, so an in-place refresh would not reach the graph".into());
             }
             x.inplace(|t| t.slice_assign(s![.., .., .., ..], self.input.clone()));
         }
-        // Safety: the closure's buffers (the stable input, the store's parameters) outlive the
-        // graph, which the manager drops before them; refresh, replay and the read of the
-        // output happen on this thread, the capture stream.
+        // Safety: the closure's buffers (the stable input, the parameters) outlive the graph,
+        // which its manager drops first; refresh, replay and the read of the output happen on
+        // this thread, the capture stream.
         let out = unsafe { g.graph.replay() };
         Ok(out.clone().add_scalar(0.0))
     }

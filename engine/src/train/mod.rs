@@ -30,6 +30,8 @@ use crate::dag::StepDag;
 use crate::data::{self, Split};
 use crate::device::ResolvedDevice;
 use crate::manifest::{LoadedManifest, Optimizer as OptimizerKind, Scheduler};
+use crate::capture::CaptureManager;
+use crate::capture::forward::{Forward, ForwardFn, ForwardGraph};
 use crate::profile::{self, Profiler};
 use checkpoint::TrainState;
 use precision::{LossScale, Precision};
@@ -257,6 +259,8 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         eprintln!("profiling: {} warm-up steps, then {} measured (half unsynced, half synced per phase)", m.profile.warmup, m.profile.steps.max(2));
     }
 
+    // Validation's own graphs when the step is captured: its batch shape and the last partial one.
+    let mut val_graphs = trainer.graphs.as_ref().map(|_| CaptureManager::<ForwardGraph<'static>>::new("validation forward", 1, 2));
     let mut last = None;
     let mut interrupted = false;
     let mut stopped_early = false;
@@ -293,13 +297,16 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         }
         let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1) % m.val.eval_interval as usize == 0 || epoch + 1 == epochs);
         if validate_now && let Some(vl) = &val_loader {
-            let model_params = trainer.model.params.borrow();
-            let ema = trainer.ema.as_ref().map(|e| e.borrow());
-            let params = ema.as_ref().map(|e| &e.store).unwrap_or(&model_params);
             let t = Instant::now();
-            let (stats, n) = validate::validate(&trainer.model.network, params, vl, &device, trainer.precision.compute, &nms_cfg)?;
-            drop(ema);
-            drop(model_params);
+            let forward = trainer.validation_forward();
+            let (stats, n) = match val_graphs.as_mut() {
+                // A captured run replays validation's forward too (LibreYOLO's validation graph).
+                Some(graphs) => validate::validate(trainer.model.network.head(), vl, &device, &nms_cfg, &mut |x| {
+                    let mut ops = Forward { f: forward.clone(), device: &device, input: x, dtype: trainer.precision.compute };
+                    graphs.run(&ops.key(), &mut ops)
+                })?,
+                None => validate::validate(trainer.model.network.head(), vl, &device, &nms_cfg, &mut |x| forward(x))?,
+            };
             eprintln!(
                 "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
                 stats[0].max(0.0),
@@ -443,6 +450,22 @@ impl Trainer<'_> {
         bar.finish();
         let n = n.max(1) as f64;
         Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, EpochEnd::Complete))
+    }
+
+    /// Validation's forward: the EMA weights (or the model's without EMA), read at call time, so
+    /// a captured validation graph follows their in-place updates.
+    fn validation_forward(&self) -> ForwardFn<'static> {
+        let (network, compute) = (self.model.network.clone(), self.precision.compute);
+        match &self.ema {
+            Some(ema) => {
+                let ema = ema.clone();
+                Rc::new(move |x| crate::capture::forward::run(&network, &ema.borrow().store, compute, x))
+            }
+            None => {
+                let params = self.model.params.clone();
+                Rc::new(move |x| crate::capture::forward::run(&network, &params.borrow(), compute, x))
+            }
+        }
     }
 
     /// The window is complete: analyse, print, write the artifacts and drop the probes.

@@ -4,40 +4,30 @@
 
 use std::sync::Arc;
 
-use burn::tensor::{Device, FloatDType};
-use libreyolo_families::{Ctx, Network, ParamStore};
+use burn::tensor::{Device, Tensor};
+use libreyolo_families::blocks::DDetect;
 use libreyolo_stages::data::{Dataset, Loader};
 use libreyolo_stages::val::coco::{self, Detection};
 use libreyolo_stages::val::nms::{self, NmsConfig};
 
 use super::step::upload;
 
-/// COCO stats (`coco::STAT_NAMES` order) of `params` on the loader's split.
+/// COCO stats (`coco::STAT_NAMES` order) on the loader's split, with `forward` mapping a batch
+/// of images to decoded predictions (eager, or through a captured graph).
 pub fn validate(
-    network: &Network,
-    params: &ParamStore,
+    head: &DDetect,
     loader: &Loader,
     device: &Device,
-    compute: Option<FloatDType>,
     nms_cfg: &NmsConfig,
+    forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>,
 ) -> anyhow::Result<([f64; 12], usize)> {
     let ds: &Arc<Dataset> = loader.dataset();
-    let cx = match compute {
-        Some(d) => Ctx::eval_in(params, d),
-        None => Ctx::eval(params),
-    };
-    let head = network.head();
     let cfg = loader.config();
     let mut dets: Vec<Detection> = vec![];
     for batch in loader.epoch(0).iter() {
         let indices = batch.indices.clone();
         let (images, _) = upload(batch, device);
-        let images = match compute {
-            Some(d) => images.cast(d),
-            None => images,
-        };
-        let maps = network.forward(images, &cx, false).main;
-        let pred = head.decode(&maps).cast(FloatDType::F32);
+        let pred = forward(images);
         let [b, rows, a] = pred.dims();
         let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
         for (k, &index) in indices.iter().enumerate().take(b) {
