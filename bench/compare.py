@@ -76,6 +76,49 @@ def ours(args, batch, graph, out):
             "peak_memory_mb": p.get("peak_memory_mb"), "wall_s": wall, "captured": p["meta"]["capture"]}
 
 
+def libreyolo_epochs(args, batch, epochs, out):
+    """Wall time of a LibreYOLO training of `epochs` epochs (no profiler, no validation)."""
+    import torch
+    from libreyolo import LibreYOLO9
+
+    torch.manual_seed(0)
+    model = LibreYOLO9(None, size="t", nb_classes=80, device=args.device)
+    amp = args.dtype != "f32" and args.device != "cpu"
+    t0 = time.time()
+    model.train(data=args.data, epochs=epochs, batch=batch, imgsz=args.imgsz, device=args.device, workers=args.workers,
+                seed=0, project=out, name=f"libreyolo_tp_b{batch}_e{epochs}", exist_ok=True, val=False, no_aug_epochs=0,
+                amp=amp, amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"), cache="ram")
+    return time.time() - t0
+
+
+def ours_epochs(args, batch, epochs, out):
+    """Wall time of a libreyolo-run training of `epochs` epochs (no validation)."""
+    device = "cpu" if args.device == "cpu" else args.device.replace("cuda:", "").replace("cuda", "0")
+    cmd = [args.bin, os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"batch={batch}", f"imgsz={args.imgsz}",
+           f"device={device}", f"workers={args.workers}", "cache=ram", f"epochs={epochs}", "val=false", "no_aug_epochs=0",
+           f"project={out}", f"name=ours_tp_b{batch}_e{epochs}", "exist_ok=true", "seed=0",
+           f"precision.dtype={'fp16' if args.dtype == 'f16' else 'bf16'}", f"precision.amp={'false' if args.dtype == 'f32' else 'true'}"]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return time.time() - t0
+
+
+def throughput(args, batch, out, images):
+    """Images/s over whole epochs, start-up and warm-up excluded: the same training for 1 and for
+    1 + E epochs, the difference divided by E epochs (both engines measured the same way)."""
+    rows = []
+    for engine, run in (("LibreYOLO 1.6", libreyolo_epochs), ("libreyolo-run", ours_epochs)):
+        one = run(args, batch, 1, out)
+        more = run(args, batch, 1 + args.throughput, out)
+        per_epoch = (more - one) / args.throughput
+        rows.append({"engine": engine, "batch": batch, "epoch_s": per_epoch, "img_per_s": images / per_epoch,
+                     "first_epoch_s": one})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def table(rows, args):
     lines = [f"| engine | mode | batch | step ms | img/s | dataload ms | GPU util | verdict | ours / LibreYOLO step |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|"]
@@ -102,6 +145,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--docs", action="store_true", help="append the table to docs/performance.md")
+    ap.add_argument("--throughput", type=int, default=0, metavar="E",
+                    help="also measure images/s over E whole epochs (1 and 1+E epochs trained, the difference used)")
     ap.add_argument("--isolated", action="store_true",
                     help="libreyolo-run trains every step on one batch (data.fixed_batch=true): step time without the loader")
     args = ap.parse_args()
@@ -114,6 +159,14 @@ def main():
                 print(f"[compare] {run.__name__} batch {batch} {'graph' if graph else 'eager'} ...", flush=True)
                 rows.append(run(args, batch, graph, args.out))
                 print(json.dumps(rows[-1]), flush=True)
+    tp_rows = []
+    if args.throughput > 0:
+        import yaml
+        cfg = yaml.safe_load(open(args.data))
+        train_dir = os.path.join(cfg["path"], cfg["train"])
+        images = len([f for f in os.listdir(train_dir) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp"))])
+        for batch in [int(b) for b in args.batch.split(",")]:
+            tp_rows += throughput(args, batch, args.out, images)
     import torch
     import libreyolo
     version = subprocess.run([args.bin, "--version"], capture_output=True, text=True).stdout.strip()
@@ -123,12 +176,17 @@ def main():
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "software": {"libreyolo": libreyolo.__version__, "torch": torch.__version__, "libreyolo-run": version},
         "settings": {k: getattr(args, k) for k in ("batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated")},
-        "units": {"step_ms": "ms", "img_per_s": "images/s", "dataload_ms": "ms", "peak_memory_mb": "MB", "wall_s": "s"},
+        "units": {"step_ms": "ms", "img_per_s": "images/s", "dataload_ms": "ms", "peak_memory_mb": "MB", "wall_s": "s",
+                  "epoch_s": "s", "first_epoch_s": "s"},
         "rows": rows,
+        "throughput": tp_rows,
     }
     path = os.path.join(args.out, f"compare-{result['date']}-{args.device}.json")
     json.dump(result, open(path, "w"), indent=1)
     text = table(rows, args)
+    if tp_rows:
+        text += "\n\n| engine | batch | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) |\n|---|---:|---:|---:|---:|\n"
+        text += "\n".join(f"| {r['engine']} | {r['batch']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | {r['first_epoch_s']:.1f} |" for r in tp_rows)
     print("\n" + text + f"\n\nwrote {path}")
     if args.docs:
         with open(os.path.join(ROOT, "docs/performance.md"), "a") as f:
