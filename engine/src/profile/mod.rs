@@ -260,3 +260,37 @@ pub fn report(p: &Profile) -> String {
     let _ = write!(s, "  levers: {}", p.levers);
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The window: warm-up steps are not recorded, then half the measured steps unsynced and
+    /// half synced; `Done` comes with the last one; an abandoned fetch records nothing.
+    #[test]
+    fn the_window_splits_measured_steps_in_halves() {
+        let mut p = Profiler::new(Device::flex(), Meta { batch: 4, ..Default::default() }, 2, 4, false);
+        let mut progress = vec![];
+        for i in 0..6 {
+            p.begin_step();
+            if i == 3 {
+                p.abandon_step(); // the epoch ended at this fetch; the next step starts afresh
+                p.begin_step();
+            }
+            p.fetched();
+            for phase in ["data", "forward"] {
+                p.enter(phase);
+                p.exit();
+            }
+            progress.push(p.end_step());
+        }
+        assert_eq!(progress.iter().filter(|s| **s == Progress::Done).count(), 1);
+        assert_eq!(progress.last(), Some(&Progress::Done));
+        let profile = p.finish();
+        let m = &profile.measurements;
+        assert_eq!(m.steps.iter().map(|s| (s.index, s.synced)).collect::<Vec<_>>(), vec![(2, false), (3, false), (4, true), (5, true)]);
+        assert!(m.steps.iter().all(|s| s.phases.iter().map(|p| p.phase.as_str()).eq(["data", "forward"])));
+        assert_eq!((profile.window.real_steps, profile.window.synced_steps, profile.window.warmup), (2, 2, 2));
+        assert!(profile.kernel_timing.is_none());
+    }
+}
