@@ -101,3 +101,21 @@ fn profile_true_measures_its_window_then_training_continues() {
     let rows = std::fs::read_to_string(run.join("results.csv")).unwrap().lines().count();
     assert_eq!(rows, 3, "header + 2 epochs");
 }
+
+#[test]
+fn profile_repeat_aggregates_the_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin().args(["profile", "run", "manifests/yolo9t.toml", "--repeat", "2"]).args(small(dir.path())).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for trial in ["prof_1", "prof_2"] {
+        assert!(dir.path().join(trial).join("profile.json").exists(), "{trial}");
+    }
+    let agg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("profile_repeat.json")).unwrap()).unwrap();
+    assert_eq!(agg["img_per_s_n"], 2);
+    let trials: Vec<f64> = agg["img_per_s_trials"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let mean = (trials[0] + trials[1]) / 2.0;
+    assert!((agg["img_per_s"].as_f64().unwrap() - mean).abs() < 1e-9);
+    assert!((agg["img_per_s_std"].as_f64().unwrap() - (trials[0] - trials[1]).abs() / 2.0).abs() < 1e-9, "population std");
+    assert!(stdout.contains("img/s: ") && stdout.contains("(n=2)"), "{stdout}");
+}

@@ -118,6 +118,7 @@ fn print_kernels(p: &Profile, top: usize, phase: Option<&str>) {
 fn profile_run(manifest: &Path, overrides: &[String], repeat: usize) -> Result<(), Failure> {
     let repeat = repeat.max(1);
     let mut profiles = vec![];
+    let mut project = PathBuf::from("runs/profile");
     for trial in 1..=repeat {
         let name = if repeat == 1 { "prof".to_string() } else { format!("prof_{trial}") };
         // LibreYOLO's `profile run`: mosaic on, a profile-only run, epochs enough to fill it.
@@ -146,10 +147,11 @@ fn profile_run(manifest: &Path, overrides: &[String], repeat: usize) -> Result<(
             .into());
         }
         profiles.push((path.clone(), artifacts::read(&path)?));
+        project = loaded.manifest.run.project.clone();
         println!("profile {trial}/{repeat}: {}", path.display());
     }
     if repeat > 1 {
-        let out = PathBuf::from("runs/profile/profile_repeat.json");
+        let out = project.join("profile_repeat.json");
         let xs: Vec<f64> = profiles.iter().map(|(_, p)| p.real.img_per_s).collect();
         let (mean, std) = mean_std(&xs);
         let avg = |f: fn(&Profile) -> f64| mean_std(&profiles.iter().map(|(_, p)| f(p)).collect::<Vec<_>>()).0;
