@@ -1,10 +1,14 @@
 //! Exponential moving average of every float tensor of the model, BatchNorm statistics
 //! included (LibreYOLO's `ModelEMA`): `v = d * v + (1 - d) * model_v` with
-//! `d = decay * (1 - exp(-updates / tau))`, updated in place after each optimizer step.
+//! `d = decay * (1 - exp(-updates / tau))`, updated in place after each optimizer step in two
+//! halves: on the device (`update_device`, `d` read from device scalars so that a captured step
+//! can replay it) and on the host (`finish_update`).
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use libreyolo_families::params::TensorMut;
 use libreyolo_families::{ParamStore, Value};
+
+use crate::optim::{device_scalar, write_scalar};
 
 pub struct Ema {
     pub decay: f64,
@@ -22,21 +26,6 @@ impl Ema {
     /// The decay used by the next update.
     pub fn next_decay(&self) -> f64 {
         self.decay * (1.0 - (-((self.updates + 1) as f64) / self.tau).exp())
-    }
-
-    /// One update: [`update_device`](Self::update_device) with this update's decay, then
-    /// [`finish_update`](Self::finish_update).
-    pub fn update(&mut self, model: &ParamStore) {
-        let d = self.next_decay();
-        let device = model.entries().iter().find_map(|e| match &e.value {
-            Value::Rank1(t) => Some(t.device()),
-            Value::Rank4(t) => Some(t.device()),
-            Value::Count(_) => None,
-        });
-        if let Some(device) = device {
-            self.update_device(model, &DecayScalars::new(d, &device));
-        }
-        self.finish_update(model);
     }
 
     /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor, with
@@ -82,15 +71,12 @@ pub struct DecayScalars {
 
 impl DecayScalars {
     pub fn new(decay: f64, device: &Device) -> Self {
-        let t = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), device);
-        Self { decay: t(decay), one_minus: t(1.0 - decay) }
+        Self { decay: device_scalar(decay, device), one_minus: device_scalar(1.0 - decay, device) }
     }
 
     pub fn write(&mut self, decay: f64) {
-        for (t, v) in [(&mut self.decay, decay), (&mut self.one_minus, 1.0 - decay)] {
-            let new = Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &t.device());
-            t.inplace(|t| t.slice_assign([0..1], new));
-        }
+        write_scalar(&mut self.decay, decay);
+        write_scalar(&mut self.one_minus, 1.0 - decay);
     }
 }
 

@@ -51,17 +51,27 @@ pub struct Scalars {
 
 impl Scalars {
     pub fn new(values: [f64; 5], device: &Device) -> Self {
-        let t = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), device);
+        let t = |v: f64| device_scalar(v, device);
         Self { lr: t(values[0]), momentum: t(values[1]), one_minus_momentum: t(values[2]), bias1: t(values[3]), bias2: t(values[4]) }
     }
 
     /// Writes new values into the same buffers.
     pub fn write(&mut self, values: [f64; 5]) {
         for (t, v) in [&mut self.lr, &mut self.momentum, &mut self.one_minus_momentum, &mut self.bias1, &mut self.bias2].into_iter().zip(values) {
-            let new = Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &t.device());
-            t.inplace(|t| t.slice_assign([0..1], new));
+            write_scalar(t, v);
         }
     }
+}
+
+/// `value` as an f32 tensor of shape `[1]` on `device`.
+pub fn device_scalar(value: f64, device: &Device) -> Tensor<1> {
+    Tensor::<1>::from_data(TensorData::new(vec![value as f32], [1]), device)
+}
+
+/// Writes `value` into the `[1]` tensor `t`, in place (its buffer stays the one a graph reads).
+pub fn write_scalar(t: &mut Tensor<1>, value: f64) {
+    let new = device_scalar(value, &t.device());
+    t.inplace(|t| t.slice_assign([0..1], new));
 }
 
 /// A step over the gradients of one backward pass. The device work (`step`) is separate from
