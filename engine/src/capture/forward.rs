@@ -7,10 +7,10 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use burn::tensor::{Device, FloatDType, Graph, Tensor, s};
+use burn::tensor::{Device, FloatDType, Graph, Tensor};
 use libreyolo_families::{Ctx, Network, ParamStore};
 
-use super::{GraphOps, ShapeKey};
+use super::{GraphOps, ShapeKey, refresh, stable_copy};
 
 /// The forward to run or capture: images `(B, 3, H, W)` in [0, 1] to decoded predictions
 /// `(B, 4 + nc, A)` in f32.
@@ -59,9 +59,7 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
     }
 
     fn capture(&mut self) -> Result<ForwardGraph<'a>, String> {
-        // A buffer of our own (a fresh allocation, uniquely owned), which the closure borrows.
-        let input = Rc::new(RefCell::new(Tensor::<4>::zeros(self.input.dims(), self.device)));
-        input.borrow_mut().inplace(|t| t.slice_assign(s![.., .., .., ..], self.input.clone()));
+        let input = stable_copy(&self.input);
         let (f, borrowed) = (self.f.clone(), input.clone());
         let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));
         let graph = burn::tensor::capture(self.device, closure);
@@ -72,13 +70,7 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
     }
 
     fn replay(&mut self, g: &mut ForwardGraph<'a>) -> Result<Tensor<3>, String> {
-        {
-            let mut x = g.input.borrow_mut();
-            if g.graph.is_hardware() && !x.can_mut() {
-                return Err("the graph's input buffer is shared, so an in-place refresh would not reach the graph".into());
-            }
-            x.inplace(|t| t.slice_assign(s![.., .., .., ..], self.input.clone()));
-        }
+        refresh(&g.input, &self.input, g.graph.is_hardware())?;
         // Safety: the closure's buffers (the stable input, the parameters) outlive the graph,
         // which its manager drops first; refresh, replay and the read of the output happen on
         // this thread, the capture stream.

@@ -16,9 +16,39 @@
 
 pub mod forward;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
+
+use burn::tensor::Tensor;
 
 use serde::Serialize;
+
+/// Writes `new` (same shape) into `t`'s own buffer (burn-0.22.md 4.5: a graph keeps reading
+/// the buffers it recorded, so state and inputs are refreshed in place, never replaced).
+pub fn write_in_place<const D: usize>(t: &mut Tensor<D>, new: Tensor<D>) {
+    let ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| 0..new.dims()[i]);
+    t.inplace(|t| t.slice_assign(ranges, new));
+}
+
+/// A graph's stable input: a fresh, uniquely owned buffer holding a copy of `t`, which the
+/// captured closure borrows.
+pub fn stable_copy<const D: usize>(t: &Tensor<D>) -> Rc<RefCell<Tensor<D>>> {
+    let mut stable = Tensor::<D>::zeros(t.dims(), &t.device());
+    write_in_place(&mut stable, t.clone());
+    Rc::new(RefCell::new(stable))
+}
+
+/// Writes `new` into a graph's stable input before a replay. On a hardware graph the buffer
+/// must be uniquely owned, or the write would land in a new buffer the graph never reads.
+pub fn refresh<const D: usize>(stable: &RefCell<Tensor<D>>, new: &Tensor<D>, hardware: bool) -> Result<(), String> {
+    let mut t = stable.borrow_mut();
+    if hardware && !t.can_mut() {
+        return Err("a stable input buffer is shared, so an in-place refresh would not reach the graph".into());
+    }
+    write_in_place(&mut t, new.clone());
+    Ok(())
+}
 
 /// What identifies a graph: the input's dims and dtype.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
@@ -166,6 +196,11 @@ impl<G> CaptureManager<G> {
         tracing::warn!("cuda_graph {} capture disabled, falling back to eager: {reason}", self.what);
         self.graphs.clear();
         self.disabled = Some(reason);
+    }
+
+    /// Replays so far, over all graphs.
+    pub fn replays(&self) -> u64 {
+        self.graphs.iter().map(|(_, _, r)| *r).sum()
     }
 
     pub fn info(&self) -> GraphInfo {

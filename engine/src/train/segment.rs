@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use burn::tensor::{Device, Graph, Tensor, s};
+use burn::tensor::{Device, Graph, Tensor};
 use libreyolo_families::params::TensorMut;
 use libreyolo_families::{BatchStats, Network, ParamId, ParamStore};
 use libreyolo_stages::ema::{DecayScalars, Ema};
@@ -20,7 +20,7 @@ use libreyolo_stages::optim::{Optimizer, Scalars};
 
 use super::Trainer;
 use super::step::{ForwardSpec, backward, forward, loss};
-use crate::capture::{GraphOps, ShapeKey};
+use crate::capture::{GraphOps, ShapeKey, refresh, stable_copy, write_in_place};
 
 /// Environment variable: accept burn's software graphs (replay re-runs the closure) on a
 /// backend without hardware graphs, to exercise the capture path on the CPU (tests).
@@ -104,8 +104,8 @@ impl SegmentSpec {
         let Some(tail) = &self.tail else { return };
         let mut saved = saved.into_iter();
         let mut load = |t: TensorMut<'_>| match (t, saved.next()) {
-            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => t.inplace(|t| t.slice_assign(s![.., .., .., ..], v)),
-            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => t.inplace(|t| t.slice_assign(s![..], v)),
+            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => write_in_place(t, v),
+            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => write_in_place(t, v),
             _ => unreachable!("restored in the order saved"),
         };
         self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
@@ -147,16 +147,6 @@ impl SegmentOps<'_> {
     }
 }
 
-fn refresh<const D: usize>(stable: &RefCell<Tensor<D>>, new: &Tensor<D>, hardware: bool) -> Result<(), String> {
-    let mut t = stable.borrow_mut();
-    if hardware && !t.can_mut() {
-        return Err("a stable input buffer is shared, so an in-place refresh would not reach the graph".into());
-    }
-    let ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| 0..new.dims()[i]);
-    t.inplace(|t| t.slice_assign(ranges, new.clone()));
-    Ok(())
-}
-
 fn total(out: &SegmentOut) -> f64 {
     out.terms.total.clone().into_data().convert::<f64>().try_to_vec::<f64>().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
 }
@@ -167,11 +157,7 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
     }
 
     fn capture(&mut self) -> Result<SegmentGraph, String> {
-        // Stable inputs of our own (fresh, uniquely owned buffers) that the closure borrows.
-        let images = Rc::new(RefCell::new(Tensor::<4>::zeros(self.images.dims(), self.device)));
-        let targets = Rc::new(RefCell::new(Tensor::<3>::zeros(self.targets.dims(), self.device)));
-        images.borrow_mut().inplace(|t| t.slice_assign(s![.., .., .., ..], self.images.clone()));
-        targets.borrow_mut().inplace(|t| t.slice_assign(s![.., .., ..], self.targets.clone()));
+        let (images, targets) = (stable_copy(&self.images), stable_copy(&self.targets));
         let (spec, i, t) = (self.spec.clone(), images.clone(), targets.clone());
         let closure: Closure = Box::new(move || spec.run(i.borrow().clone(), t.borrow().clone()));
         // The warm-up and capture runs of a whole step update the state: undo them after.
@@ -234,9 +220,9 @@ impl Trainer<'_> {
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };
         let key = ops.key();
         let graphs = self.graphs.as_mut().expect("run_segment needs the capture manager");
-        let before = graphs.info().captured.iter().map(|g| g.replays).sum::<u64>();
+        let before = graphs.replays();
         let out = graphs.run(&key, &mut ops);
-        if graphs.info().captured.iter().map(|g| g.replays).sum::<u64>() > before
+        if graphs.replays() > before
             && let Some(p) = self.profiler.as_mut()
         {
             p.graph_replayed();
