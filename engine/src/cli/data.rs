@@ -79,7 +79,7 @@ pub fn run(args: &DataArgs) -> Result<(), Failure> {
             let ds = data::open(&loaded, &cfg, Split::Train)?;
             eprintln!("opened {} images ({} boxes) in {:.2}s", ds.len(), ds.num_boxes(), start.elapsed().as_secs_f64());
             let m = &loaded.manifest;
-            let batch = if m.run.batch > 0 { m.run.batch as usize } else { 16 };
+            let batch = crate::train::nominal_batch(m.run.batch);
             let mut figures = vec![];
             println!("| workers | batch | imgsz | cache | images | seconds | images/s |");
             println!("|---:|---:|---|---|---:|---:|---:|");

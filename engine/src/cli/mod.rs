@@ -129,7 +129,7 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     }
     if device.ids.len() > 1 {
         let m = &loaded.manifest;
-        if let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, if m.run.batch > 0 { m.run.batch as usize } else { 16 }, device.ids.len()) {
+        if let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), device.ids.len()) {
             tracing::warn!("{w}");
         }
         tracing::warn!("device={} asks for {} GPUs; multi-GPU training is not implemented yet, training on cuda:{}", loaded.manifest.run.device, device.ids.len(), device.ids[0]);

@@ -6,7 +6,7 @@ use crate::dag::StepDag;
 use crate::device::ResolvedDevice;
 use crate::manifest::LoadedManifest;
 
-use super::{round_half_even, segment};
+use super::{accumulation, nominal_batch, segment};
 
 /// What this build captures of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +29,7 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
         .filter(|s| s.captured)
         .map(|s| s.stages.iter().map(|&i| dag.stages[i].kind.name).collect())
         .collect();
-    let batch = if m.run.batch > 0 { m.run.batch as usize } else { 16 };
-    let accumulate = m.optim.nbs.map(|nbs| round_half_even(nbs as f64 / batch as f64).max(1)).unwrap_or(1);
+    let accumulate = accumulation(m.optim.nbs, nominal_batch(m.run.batch));
     let fp16_scaling = m.precision.amp && m.precision.dtype == crate::manifest::AmpDtype::Fp16 && resolved.backend == crate::device::Backend::Cuda;
     if resolved.backend != crate::device::Backend::Cuda && !software {
         Err("device is not CUDA".to_string())

@@ -110,7 +110,7 @@ enum EpochEnd {
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// Python's `round` (half to even), as LibreYOLO's accumulation count uses.
-pub(crate) fn round_half_even(x: f64) -> usize {
+fn round_half_even(x: f64) -> usize {
     let r = x.round();
     (if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - x.signum() } else { r }) as usize
 }
@@ -150,7 +150,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     let loader = data::loader(loaded, train_ds.clone(), batch, Some(aug), (0, 1));
     let loader_no_mosaic = data::loader(loaded, train_ds.clone(), batch, Some(aug.without_mosaic()), (0, 1));
     let val_loader = val_ds.map(|ds| data::loader(loaded, ds, batch, None, (0, 1)));
-    let accumulate = m.optim.nbs.map(|nbs| round_half_even(nbs as f64 / batch as f64).max(1)).unwrap_or(1);
+    let accumulate = accumulation(m.optim.nbs, batch);
     let iters_per_epoch = loader.batches_per_epoch().div_ceil(accumulate).max(1);
 
     let optim: Box<dyn Optimizer> = match m.optim.optimizer {
@@ -512,6 +512,20 @@ impl Trainer<'_> {
     }
 }
 
+/// LibreYOLO's (and Ultralytics') batch when AutoBatch has nothing to probe.
+pub const DEFAULT_BATCH: usize = 16;
+
+/// `run.batch`, with AutoBatch (`-1`) read as the default batch: for checks and tools that
+/// need a batch before the device is known.
+pub fn nominal_batch(batch: i64) -> usize {
+    if batch > 0 { batch as usize } else { DEFAULT_BATCH }
+}
+
+/// Micro-batches per optimizer step: LibreYOLO's `round(nbs / batch)`, at least 1.
+pub fn accumulation(nbs: Option<u32>, batch: usize) -> usize {
+    nbs.map(|nbs| round_half_even(nbs as f64 / batch as f64).max(1)).unwrap_or(1)
+}
+
 /// The batch to train at: `run.batch`, or for `-1` (AutoBatch) Ultralytics' / LibreYOLO's CPU
 /// answer, 16, with a warning. AutoBatch probes GPU memory, which this build does not do yet.
 pub fn resolve_batch(batch: i64, resolved: &ResolvedDevice) -> anyhow::Result<usize> {
@@ -520,8 +534,8 @@ pub fn resolve_batch(batch: i64, resolved: &ResolvedDevice) -> anyhow::Result<us
     }
     match resolved.backend {
         crate::device::Backend::Cpu => {
-            tracing::warn!("AutoBatch (batch=-1) needs a CUDA device; using the default batch=16");
-            Ok(16)
+            tracing::warn!("AutoBatch (batch=-1) needs a CUDA device; using the default batch={DEFAULT_BATCH}");
+            Ok(DEFAULT_BATCH)
         }
         crate::device::Backend::Cuda => {
             anyhow::bail!("AutoBatch (batch=-1) is not implemented on CUDA yet: give the batch, e.g. batch=16")
