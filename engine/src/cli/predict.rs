@@ -96,7 +96,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
     let out = own.out.unwrap_or_else(|| {
         // Beside the training runs: runs/train -> runs/predict/predict, predict2, ...
         let runs = m.run.project.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(&m.run.project);
-        numbered(&runs.join("predict"), "predict")
+        crate::train::run_dir::numbered(&runs.join("predict"), "predict")
     });
     let start = std::time::Instant::now();
     // LibreYOLO's GraphRunner: at most 8 graphs; `true` captures a shape on first use, `auto`
@@ -134,15 +134,4 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
         out.join("predictions.json").display()
     );
     Ok(())
-}
-
-/// `dir/name`, or `dir/name2`, `dir/name3`, ... when taken.
-fn numbered(dir: &std::path::Path, name: &str) -> PathBuf {
-    let mut path = dir.join(name);
-    let mut n = 2;
-    while path.exists() {
-        path = dir.join(format!("{name}{n}"));
-        n += 1;
-    }
-    path
 }

@@ -28,17 +28,21 @@ pub struct EpochRecord {
     pub map: Option<[f64; 12]>,
 }
 
+/// `dir/name`, or the first of `dir/name2`, `dir/name3`, ... that does not exist yet.
+pub fn numbered(dir: &Path, name: &str) -> PathBuf {
+    let mut path = dir.join(name);
+    let mut n = 2;
+    while path.exists() {
+        path = dir.join(format!("{name}{n}"));
+        n += 1;
+    }
+    path
+}
+
 impl RunDir {
     /// Creates (or, resuming / `exist_ok`, reuses) the run directory.
     pub fn create(project: &Path, name: &str, exist_ok: bool, resume: bool) -> anyhow::Result<Self> {
-        let mut path = project.join(name);
-        if !exist_ok && !resume {
-            let mut n = 2;
-            while path.exists() {
-                path = project.join(format!("{name}{n}"));
-                n += 1;
-            }
-        }
+        let path = if exist_ok || resume { project.join(name) } else { numbered(project, name) };
         if resume && !path.join("weights/last.safetensors").exists() {
             anyhow::bail!("resume=true, but {} has no weights/last.safetensors to resume from", path.display());
         }
