@@ -1,0 +1,7 @@
+mod bernoulli;
+mod normal;
+mod uniform;
+
+pub use bernoulli::*;
+pub use normal::*;
+pub use uniform::*;

@@ -1,0 +1,5 @@
+mod base;
+pub use base::*;
+
+mod source;
+pub use source::*;
