@@ -19,7 +19,7 @@ use crate::{
     CubeDevice,
     kernel::{
         AddOp, into_contiguous_aligned, launch_binop,
-        matmul::{MatmulStrategy, matmul},
+        matmul::matmul,
         reduce::{KernelReduceStrategy, reduce_dim},
         slice_assign, slice_with_steps,
         utils::{address_type, decompose_linear, shape_divmod, split_dim},
@@ -103,7 +103,7 @@ pub fn conv_im2col_1x1<const N: usize>(
     // efficient for matmul, and allows skipping a contiguous kernel
     let weight = swap_dims(reshape_weight(weight), 0, 1); // [K, N]
 
-    let out = matmul(input, weight, None, MatmulStrategy::default(), dtype)?; // [M, N]
+    let out = matmul(input, weight, None, super::selection::nested_matmul(), dtype)?; // [M, N]
 
     // Skip reshape to avoid potential `into_contiguous`. We're only splitting dims so it's safe.
     let mut out = split_dim(out, 0, &split_m); // [N, H, W, C]
@@ -293,7 +293,7 @@ pub fn dgrad_im2col<const N: usize>(
     let dtype = out_grad.dtype;
     let out_grad = reshape_input(out_grad);
     let weight = reshape(weight, Shape::new([out_channels, taps * in_channels]));
-    let columns = matmul(out_grad, weight, None, MatmulStrategy::default(), dtype)?;
+    let columns = matmul(out_grad, weight, None, super::selection::nested_matmul(), dtype)?;
     Ok(col2im::<N>(
         columns,
         &out_shape,
@@ -330,7 +330,7 @@ pub fn dgrad_im2col_1x1<const N: usize>(
     // the forward reduces over `C_in`.
     let weight = reshape_weight(weight); // [K, N]
 
-    let out = matmul(out_grad, weight, None, MatmulStrategy::default(), dtype)?; // [M, N]
+    let out = matmul(out_grad, weight, None, super::selection::nested_matmul(), dtype)?; // [M, N]
 
     // Skip reshape to avoid potential `into_contiguous`. We're only splitting dims so it's safe.
     Ok(split_dim(out, 0, &split_m)) // [N, H, W, C_in]
@@ -361,7 +361,7 @@ pub fn wgrad_im2col_1x1<const N: usize>(
     // transposed copy of it being made.
     let out_grad = swap_dims(out_grad, 0, 1); // [C_out, M]
 
-    let grad = matmul(out_grad, input, None, MatmulStrategy::default(), dtype)?; // [C_out, C_in]
+    let grad = matmul(out_grad, input, None, super::selection::nested_matmul(), dtype)?; // [C_out, C_in]
 
     // Only unit kernel dimensions are being reinserted, so nothing moves.
     Ok(reshape(grad, weight_shape)) // [C_out, 1, .., 1, C_in]
@@ -475,7 +475,7 @@ pub fn wgrad_im2col_1x1_split<const N: usize>(
     // `[split, C_out, M / split] @ [split, M / split, C_in]`, a stride swap on
     // the gradient as in the uncut form.
     let out_grad = swap_dims(out_grad, 1, 2);
-    let Ok(partials) = matmul(out_grad, input, None, MatmulStrategy::default(), dtype) else {
+    let Ok(partials) = matmul(out_grad, input, None, super::selection::nested_matmul(), dtype) else {
         return uncut();
     };
 
@@ -851,7 +851,7 @@ pub fn wgrad_im2col<const N: usize>(
     // whatever it already picked, so declining on a cached hit aborts.
     let uncut = |columns: CubeTensor, out_grad: CubeTensor| {
         let out_grad = swap_dims(out_grad, 0, 1); // [c_out, m]
-        matmul(out_grad, columns, None, MatmulStrategy::default(), dtype)
+        matmul(out_grad, columns, None, super::selection::nested_matmul(), dtype)
     };
 
     let grad = match split_count(rows) {
@@ -863,7 +863,7 @@ pub fn wgrad_im2col<const N: usize>(
             let grad = reshape(out_grad.clone(), Shape::new([split, per, out_channels]));
             let grad = swap_dims(grad, 1, 2);
 
-            let partials = matmul(grad, cut, None, MatmulStrategy::default(), dtype)
+            let partials = matmul(grad, cut, None, super::selection::nested_matmul(), dtype)
                 .ok()
                 .and_then(|partials| {
                     reduce_dim(

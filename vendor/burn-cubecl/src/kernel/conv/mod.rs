@@ -8,6 +8,7 @@ mod deform_conv_transpose2d;
 mod direct;
 mod forward;
 mod im2col;
+pub mod selection;
 
 mod tune_key;
 

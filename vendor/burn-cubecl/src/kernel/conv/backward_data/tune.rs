@@ -3,13 +3,14 @@ use burn_backend::ops::ConvOptions;
 use burn_std::Shape;
 use cubecl::{
     ir::ElemType,
-    tune::{LocalTuner, Tunable, TunableSet, anchor, local_tuner},
+    tune::{LocalTuner, anchor, local_tuner},
 };
 use cubek::convolution::AcceleratedTileKind;
 
 use crate::{
     CubeAutotuneKey, CubeTuneId,
     kernel::conv::{
+        selection::{self, Role, candidate},
         ConvAutotuneKey,
         backward_data::{fallback::conv_data_backward_fallback, implicit_gemm::*},
         im2col::{dgrad_im2col, dgrad_im2col_1x1},
@@ -33,33 +34,44 @@ pub fn dgrad_autotune<const N: usize>(
     // No CMMA for TMA because swizzling will be mandatory for good performance on dgrad.
     let tune_id = CubeTuneId::new(&out_grad.client, &out_grad.device);
     let tunables = TUNER.init(&tune_id, || {
-        TunableSet::new(create_key::<N>, create_dgrad_input::<N>)
-            .with(Tunable::new(
+        selection::tunable_set(
+            create_key::<N>,
+            create_dgrad_input::<N>,
+            // As for the forward, for stride 1. The implicit-GEMM kernels decline stride 2; there
+            // the im2col matmul comes before `dgrad_fallback`, a transposed convolution whose
+            // col2im matmul is autotuned in turn (15-40 s per shape on the H200).
+            &["simple_sync_mma", "dgrad_im2col_1x1", "dgrad_im2col"],
+            vec![
+            candidate(
                 "dgrad_fallback",
+                Role::Fallback,
                 |(out_grad, weights, input_shape, options)| {
                     conv_data_backward_fallback::<N>(out_grad, weights, input_shape, options)
                 },
-            ))
+            ),
             // Pointwise unit stride only; `dgrad_im2col` declines this shape so
             // the unmaterialised matmul is the dense candidate.
-            .with(Tunable::new(
+            candidate(
                 "dgrad_im2col_1x1",
+                Role::Fallback,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_im2col_1x1::<N>(out_grad, weights, input_shape, options)
                 },
-            ))
+            ),
             // Every other `groups == 1` dense shape, including stride other
             // than 1, which the implicit-GEMM candidates below decline in
             // setup. Materialises `[M, taps * C_in]` and scatter-adds; autotune
             // drops it when that loses.
-            .with(Tunable::new(
+            candidate(
                 "dgrad_im2col",
+                Role::Fallback,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_im2col::<N>(out_grad, weights, input_shape, options)
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_sync_cmma",
+                Role::Primary,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_gemm_simple_sync(
                         out_grad,
@@ -69,9 +81,10 @@ pub fn dgrad_autotune<const N: usize>(
                         AcceleratedTileKind::Cmma,
                     )
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_sync_mma",
+                Role::Primary,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_gemm_simple_sync(
                         out_grad,
@@ -81,9 +94,10 @@ pub fn dgrad_autotune<const N: usize>(
                         AcceleratedTileKind::Mma,
                     )
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_async_cmma",
+                Role::Primary,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_gemm_simple_async(
                         out_grad,
@@ -93,9 +107,10 @@ pub fn dgrad_autotune<const N: usize>(
                         AcceleratedTileKind::Cmma,
                     )
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_async_mma",
+                Role::Primary,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_gemm_simple_async(
                         out_grad,
@@ -105,9 +120,10 @@ pub fn dgrad_autotune<const N: usize>(
                         AcceleratedTileKind::Mma,
                     )
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_tma_mma",
+                Role::Primary,
                 |(out_grad, weights, input_shape, options)| {
                     dgrad_gemm_simple_tma(
                         out_grad,
@@ -117,7 +133,9 @@ pub fn dgrad_autotune<const N: usize>(
                         AcceleratedTileKind::Mma,
                     )
                 },
-            ))
+            ),
+            ],
+        )
     });
 
     TUNER.execute(

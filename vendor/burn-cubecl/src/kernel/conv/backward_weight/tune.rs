@@ -3,13 +3,14 @@ use burn_backend::ops::ConvOptions;
 use burn_std::Shape;
 use cubecl::{
     ir::ElemType,
-    tune::{LocalTuner, Tunable, TunableSet, anchor, local_tuner},
+    tune::{LocalTuner, anchor, local_tuner},
 };
 use cubek::convolution::AcceleratedTileKind;
 
 use crate::{
     CubeAutotuneKey, CubeTuneId,
     kernel::conv::{
+        selection::{self, Role, candidate},
         ConvAutotuneKey,
         backward_weight::{fallback::conv_weight_backward_fallback, implicit_gemm::*},
         im2col::{wgrad_im2col, wgrad_im2col_1x1, wgrad_im2col_1x1_split},
@@ -30,70 +31,89 @@ pub fn wgrad_autotune<const N: usize>(
 
     let tune_id = CubeTuneId::new(&input.client, &input.device);
     let tunables = TUNER.init(&tune_id, || {
-        TunableSet::new(create_key::<N>, create_wgrad_input::<N>)
-            .with(Tunable::new(
+        selection::tunable_set(
+            create_key::<N>,
+            create_wgrad_input::<N>,
+            // The contraction of a weight gradient (batch x height x width) dwarfs its output;
+            // the implicit-GEMM kernels do not split it and ran 5-150 ms per early layer on the
+            // H200 (1 s per YOLOv9-t step), where the split im2col matmul does not.
+            &["wgrad_im2col_1x1_split", "wgrad_im2col"],
+            vec![
+            candidate(
                 "wgrad_fallback",
+                Role::Fallback,
                 |(input, grad, shape, options)| {
                     conv_weight_backward_fallback::<N>(input, grad, shape, options)
                 },
-            ))
+            ),
             // The dense case, which the two pointwise candidates decline and
             // the fallback computes as a convolution by the gradient.
-            .with(Tunable::new(
+            candidate(
                 "wgrad_im2col",
+                Role::Primary,
                 |(input, grad, shape, options)| wgrad_im2col::<N>(input, grad, shape, options),
-            ))
+            ),
             // The same matmul with its contraction cut into pieces, which is
             // what a weight gradient's shape asks for — see `split_count`.
-            .with(Tunable::new(
+            candidate(
                 "wgrad_im2col_1x1_split",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_im2col_1x1_split::<N>(input, grad, shape, options)
                 },
-            ))
+            ),
             // Declines every shape but the pointwise one. It earns its place
             // because a device with no accelerated matmul for the dtype
             // declines every candidate below, leaving the fallback unopposed.
-            .with(Tunable::new(
+            candidate(
                 "wgrad_im2col_1x1",
+                Role::Fallback,
                 |(input, grad, shape, options)| wgrad_im2col_1x1::<N>(input, grad, shape, options),
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_sync_cmma",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_gemm_simple_sync(input, grad, shape, options, AcceleratedTileKind::Cmma)
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_sync_mma",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_gemm_simple_sync(input, grad, shape, options, AcceleratedTileKind::Mma)
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_async_cmma",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_gemm_simple_async(input, grad, shape, options, AcceleratedTileKind::Cmma)
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_async_mma",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_gemm_simple_async(input, grad, shape, options, AcceleratedTileKind::Mma)
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_tma_cmma",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_gemm_simple_tma(input, grad, shape, options, AcceleratedTileKind::Cmma)
                 },
-            ))
-            .with(Tunable::new(
+            ),
+            candidate(
                 "simple_tma_mma",
+                Role::Primary,
                 |(input, grad, shape, options)| {
                     wgrad_gemm_simple_tma(input, grad, shape, options, AcceleratedTileKind::Mma)
                 },
-            ))
+            ),
+            ],
+        )
     });
 
     TUNER.execute(
