@@ -41,8 +41,31 @@ impl ConvShape {
         TracedOp::Conv { input, c_out: self.c_out, k: self.k, stride: self.stride, padding: self.padding, groups: self.groups, bias, bn, act }
     }
 
-    fn options(&self) -> ConvOptions<2> {
-        ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups)
+    /// Whether the convolution runs as one dense convolution per group (see [`ConvShape::apply`]).
+    pub fn split_groups(&self) -> bool {
+        self.groups > 1 && self.groups != self.c_in
+    }
+
+    /// The convolution of `x` by `weight` (and `bias`).
+    ///
+    /// A grouped (not depthwise) convolution runs as one dense convolution per group,
+    /// concatenated: burn-cubecl's implicit-GEMM kernels decline `groups > 1`, and the direct
+    /// kernel that accepts it was 17x slower on the H200, its gradients slower still
+    /// (docs/performance.md). Same arithmetic, so the parity with LibreYOLO is unchanged.
+    fn apply(&self, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
+        if !self.split_groups() {
+            let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups);
+            return conv2d(x, weight, bias, options);
+        }
+        let dense = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
+        let xs = x.chunk(self.groups, 1);
+        let ws = weight.chunk(self.groups, 0);
+        let bs = match bias {
+            Some(b) => b.chunk(self.groups, 0).into_iter().map(Some).collect(),
+            None => vec![None; self.groups],
+        };
+        let outs = xs.into_iter().zip(ws).zip(bs).map(|((x, w), b)| conv2d(x, w, b, dense.clone())).collect();
+        Tensor::cat(outs, 1)
     }
 }
 
@@ -73,7 +96,7 @@ impl Conv {
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
         cx.trace(|| self.shape.traced(x.dims(), false, true, self.act));
-        let y = self.bn.forward(conv2d(x, cx.rank4(self.weight), None, self.shape.options()), cx);
+        let y = self.bn.forward(self.shape.apply(x, cx.rank4(self.weight), None), cx);
         if self.act { silu(y) } else { y }
     }
 }
@@ -104,6 +127,35 @@ impl Conv2d {
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
         cx.trace(|| self.shape.traced(x.dims(), true, false, false));
-        conv2d(x, cx.rank4(self.weight), Some(cx.rank1(self.bias)), self.shape.options())
+        self.shape.apply(x, cx.rank4(self.weight), Some(cx.rank1(self.bias)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution, Tensor};
+
+    use super::*;
+
+    /// The per-group split computes what one grouped convolution computes.
+    #[test]
+    fn grouped_convolution_split_matches_the_grouped_kernel() {
+        let device = Device::flex();
+        for (k, stride, bias) in [(3, 1, false), (1, 1, true), (3, 2, true)] {
+            let shape = ConvShape::new(16, 24, k, stride).groups(4);
+            assert!(shape.split_groups());
+            let x = Tensor::<4>::random([2, 16, 9, 11], Distribution::Normal(0.0, 1.0), &device);
+            let w = Tensor::<4>::random([24, 4, k, k], Distribution::Normal(0.0, 1.0), &device);
+            let b = bias.then(|| Tensor::<1>::random([24], Distribution::Normal(0.0, 1.0), &device));
+            let options = ConvOptions::new([stride; 2], [shape.padding; 2], [1, 1], 4);
+            let grouped = conv2d(x.clone(), w.clone(), b.clone(), options);
+            let split = shape.apply(x, w, b);
+            assert_eq!(split.dims(), grouped.dims());
+            let err: f32 = split.sub(grouped).abs().max().into_scalar();
+            assert!(err < 1e-4, "k{k} s{stride}: max |split - grouped| = {err}");
+        }
+        // Depthwise and dense convolutions keep the single kernel.
+        assert!(!ConvShape::new(16, 16, 3, 1).groups(16).split_groups());
+        assert!(!ConvShape::new(16, 16, 3, 1).split_groups());
     }
 }
