@@ -14,8 +14,9 @@
 #                                         # each quoted argument list (or 'sh:COMMAND', run by bash with
 #                                         # $BIN set to the binary), each under its @SECONDS limit, or
 #                                         # $STEP_TIMEOUT, default 540; output in $OUT/steps.log), then
-#                                         # save the kernel cache to $OUT/kernels.tar.xz. Keep the sum of
-#                                         # the limits under the device call's limit, or the cache is lost.
+#                                         # save the warm-up logs and (SAVE_CACHE=0 skips it) the kernel
+#                                         # cache to $OUT. Keep the sum of the limits well under the
+#                                         # device call's limit, or both are lost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU_DIR=.gpu
@@ -71,8 +72,23 @@ remote)
         [ "$rc" = 0 ] || status=$rc
     done
     set -e
-    tar -cJf "$OUT/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE" .
-    echo "[gpu.sh] kernel cache saved: $(du -sh "$OUT/kernels.tar.xz" | cut -f1); exit status $status"
+    # The warm-up logs first (small, and what a cut-short call most needs back), then the cache
+    # without the driver's JIT cache (hundreds of MB; it rebuilds from the PTX in seconds), and
+    # only if it fits what a call returns (16 MB a file).
+    for log in autotune-decisions.jsonl compilations.log; do
+        [ -f "$LIBREYOLO_KERNEL_CACHE/$log" ] && xz -c "$LIBREYOLO_KERNEL_CACHE/$log" > "$OUT/$log.xz"
+    done
+    if [ "${SAVE_CACHE:-1}" = 1 ]; then
+        tar -cJf /tmp/kernels.tar.xz --exclude=./nv-compute-cache -C "$LIBREYOLO_KERNEL_CACHE" .
+        size=$(stat -c %s /tmp/kernels.tar.xz)
+        if [ "$size" -lt 16000000 ]; then
+            mv /tmp/kernels.tar.xz "$OUT/kernels.tar.xz"
+            echo "[gpu.sh] kernel cache saved: $size bytes"
+        else
+            echo "[gpu.sh] kernel cache not saved: $size bytes is over what a call returns"
+        fi
+    fi
+    echo "[gpu.sh] exit status $status"
     exit $status
     ;;
 *)

@@ -93,3 +93,18 @@ fn autobatch_on_the_cpu_uses_the_default_batch() {
     assert!(stderr.contains("AutoBatch (batch=-1) needs a CUDA device; using the default batch=16"), "{stderr}");
     assert!(stderr.contains("batch 16, 8 steps/epoch"), "{stderr}");
 }
+
+#[test]
+fn a_bad_convolution_kernel_policy_is_an_error_before_anything_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
+        .args(["manifests/yolo9t.toml", "--dry-run"])
+        .current_dir(root)
+        .env("BURN_CONV_KERNELS", "fastest")
+        .output()
+        .expect("the binary runs");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("BURN_CONV_KERNELS=\"fastest\"") && stderr.contains("`fixed:NAME,...`"), "{stderr}");
+    assert!(stdout.is_empty(), "nothing ran: {stdout}");
+}

@@ -17,6 +17,26 @@ use cubecl_runtime::config::CubeClRuntimeConfig;
 /// Environment variable naming the cache directory.
 pub const CACHE_ENV: &str = "LIBREYOLO_KERNEL_CACHE";
 
+/// Convolution kernel selection read by our patched burn-cubecl (vendor/README.md): `all`
+/// (upstream: benchmark every candidate), `gemm`, `fixed[:NAMES]`.
+pub const CONV_KERNELS_ENV: &str = "BURN_CONV_KERNELS";
+
+/// Our default selection: nothing benchmarked, each direction's measured preference first.
+/// Upstream's `all` spent most of a cold warm-up autotuning the matmuls nested in its im2col
+/// candidates; `gemm` tunes among the implicit-GEMM kernels (docs/performance.md).
+pub const DEFAULT_CONV_KERNELS: &str = "fixed";
+
+/// The convolution kernel selection this process uses (the environment's, else ours).
+pub fn conv_kernels() -> String {
+    std::env::var(CONV_KERNELS_ENV).unwrap_or_else(|_| DEFAULT_CONV_KERNELS.to_string())
+}
+
+/// Checks `BURN_CONV_KERNELS` before anything runs: burn-cubecl would only warn, at the first
+/// convolution, and fall back to benchmarking every kernel (minutes of warm-up).
+pub fn check_conv_kernels() -> Result<(), String> {
+    burn_cubecl::kernel::conv::selection::Policy::parse(&conv_kernels()).map(drop)
+}
+
 /// The cache directory: `$LIBREYOLO_KERNEL_CACHE`, else `~/.cache/libreyolo-run/kernels`.
 pub fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(CACHE_ENV) {
@@ -32,6 +52,11 @@ pub fn cache_dir() -> PathBuf {
 /// Points cubecl at `cache_dir()` unless a `cubecl.toml` in the working directory (or above)
 /// already configures it. Must run before the first GPU tensor; later calls do nothing.
 pub fn configure() -> Option<PathBuf> {
+    if std::env::var_os(CONV_KERNELS_ENV).is_none() {
+        // SAFETY: called at the start of a command, before any thread that reads the
+        // environment exists; burn-cubecl reads it at the first convolution.
+        unsafe { std::env::set_var(CONV_KERNELS_ENV, DEFAULT_CONV_KERNELS) };
+    }
     let has_config_file = std::env::current_dir().ok().is_some_and(|dir| {
         dir.ancestors().any(|d| d.join("cubecl.toml").exists() || d.join("CubeCL.toml").exists())
     });

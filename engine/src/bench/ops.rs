@@ -31,7 +31,26 @@ pub enum OpSpec {
     Concat { inputs: Vec<[usize; 4]> },
 }
 
+/// The op kinds `bench ops --only` accepts, as [`OpSpec::kind`] names them.
+pub const KINDS: [&str; 9] =
+    ["conv-forward", "conv-input-grad", "conv-weight-grad", "batchnorm", "silu", "max-pool", "avg-pool", "upsample", "concat"];
+
 impl OpSpec {
+    /// The kind's command-line name (one of [`KINDS`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OpSpec::ConvForward { .. } => "conv-forward",
+            OpSpec::ConvInputGrad { .. } => "conv-input-grad",
+            OpSpec::ConvWeightGrad { .. } => "conv-weight-grad",
+            OpSpec::BatchNormFwdBwd { .. } => "batchnorm",
+            OpSpec::SiluFwdBwd { .. } => "silu",
+            OpSpec::MaxPool { .. } => "max-pool",
+            OpSpec::AvgPool { .. } => "avg-pool",
+            OpSpec::Upsample { .. } => "upsample",
+            OpSpec::Concat { .. } => "concat",
+        }
+    }
+
     pub fn category(&self) -> &'static str {
         match self {
             OpSpec::ConvForward { .. } => "conv forward",
@@ -79,10 +98,17 @@ pub fn network_ops(network: &Network, params: &ParamStore, with_aux: bool, batch
         match op {
             TracedOp::Conv { input, c_out, k, stride, padding, groups, bias, bn, act } => {
                 let input = with_batch(input);
-                add(OpSpec::ConvForward { input, c_out, k, stride, padding, groups, bias });
-                add(OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups });
-                add(OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups });
                 let out = conv_output(input, c_out, k, stride, padding);
+                // A grouped convolution runs as one dense convolution per group (ConvShape::apply).
+                let split = groups > 1 && groups != input[1];
+                let (conv_in, conv_out, conv_groups, n) =
+                    if split { ([input[0], input[1] / groups, input[2], input[3]], c_out / groups, 1, groups) } else { (input, c_out, groups, 1) };
+                for _ in 0..n {
+                    let (input, c_out, groups) = (conv_in, conv_out, conv_groups);
+                    add(OpSpec::ConvForward { input, c_out, k, stride, padding, groups, bias });
+                    add(OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups });
+                    add(OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups });
+                }
                 if bn {
                     add(OpSpec::BatchNormFwdBwd { input: out });
                 }
@@ -131,7 +157,7 @@ fn batch_norm_train(x: Tensor<4>) -> Tensor<4> {
 pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device, warmup: usize, iters: usize) -> Vec<OpTiming> {
     let mut out = vec![];
     for (i, OpCount { spec, count }) in ops.iter().enumerate() {
-        let name = format!("[{}/{}] {} {:?}", i + 1, ops.len(), spec.category(), dtype);
+        let name = format!("[{}/{}] {dtype:?} x{count} {spec:?}", i + 1, ops.len());
         let timing = match spec {
             OpSpec::ConvForward { input, c_out, k, stride, padding, groups, bias } => {
                 let x = rand(*input, dtype, device);

@@ -53,6 +53,10 @@ enum BenchWhat {
         /// Write the op list (shapes and counts) as JSON here and stop (input of torch_ops.py).
         #[arg(long, value_name = "FILE")]
         spec: Option<PathBuf>,
+        /// Only the ops of these kinds (`conv-forward`, `conv-input-grad`, `conv-weight-grad`,
+        /// `batchnorm`, `silu`, `max-pool`, `avg-pool`, `upsample`, `concat`), and no network row.
+        #[arg(long, value_delimiter = ',', value_name = "KIND")]
+        only: Vec<String>,
     },
     /// The YOLOv9 loss, eager and inside a captured CUDA graph.
     Loss {
@@ -84,6 +88,7 @@ impl From<Dtype> for FloatDType {
 struct Report {
     device: String,
     kernel_cache: Option<String>,
+    conv_kernels: String,
     timings: Vec<Timing>,
 }
 
@@ -91,7 +96,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let kernel_cache = crate::kernel_cache::configure().map(|p| p.display().to_string());
     let device = crate::device::resolve(&args.device).map_err(anyhow::Error::msg)?;
     let dev = device.devices().remove(0);
-    eprintln!("bench on {}", device.describe());
+    eprintln!("bench on {} (convolution kernels: {})", device.describe(), crate::kernel_cache::conv_kernels());
     let timings = match &args.what {
         BenchWhat::Network { manifest, dtype, forward_only } => {
             let loaded = crate::manifest::load(manifest, &[])?;
@@ -103,11 +108,18 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             bench::print_table(&format!("network ({})", manifest.display()), &rows);
             rows
         }
-        BenchWhat::Ops { manifest, dtype, spec } => {
+        BenchWhat::Ops { manifest, dtype, spec, only } => {
             let loaded = crate::manifest::load(manifest, &[])?;
             let with_aux = loaded.manifest.model.aux_weight > 0.0;
             let (network, params) = crate::network::build(&loaded, 80, with_aux, &burn::tensor::Device::flex())?;
-            let ops = bench::ops::network_ops(&network, &params, with_aux, args.batch, args.imgsz, args.imgsz);
+            let mut ops = bench::ops::network_ops(&network, &params, with_aux, args.batch, args.imgsz, args.imgsz);
+            if !only.is_empty() {
+                let unknown: Vec<_> = only.iter().filter(|k| !bench::ops::KINDS.contains(&k.as_str())).collect();
+                if !unknown.is_empty() {
+                    return Err(anyhow::anyhow!("unknown op kind {unknown:?}; kinds: {}", bench::ops::KINDS.join(", ")).into());
+                }
+                ops.retain(|o| only.iter().any(|k| o.spec.kind() == k));
+            }
             let launches: usize = ops.iter().map(|o| o.count).sum();
             eprintln!("{} unique ops, {launches} launches per training step (b{} {}px)", ops.len(), args.batch, args.imgsz);
             if let Some(path) = spec {
@@ -120,6 +132,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             let mut network_rows = vec![];
             for d in dtype {
                 all.extend(bench::ops::run(&ops, (*d).into(), &dev, args.warmup, args.iters));
+                if !only.is_empty() {
+                    continue;
+                }
                 // The whole network (no PGI branch) for the same table.
                 let (plain, plain_params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
                 let t = bench::network::run(&network_bench(args, *d, true), &plain, &plain_params, &dev);
@@ -138,7 +153,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 println!("| {} | {} | 1 | {:.3} |", r["category"].as_str().unwrap_or(""), r["dtype"].as_str().unwrap_or(""), r["ms"].as_f64().unwrap_or(f64::NAN));
             }
             if let Some(path) = &args.json {
-                let report = serde_json::json!({"device": device.describe(), "kernel_cache": kernel_cache, "batch": args.batch, "imgsz": args.imgsz, "ops": all, "network": network_rows});
+                let report = serde_json::json!({"device": device.describe(), "kernel_cache": kernel_cache, "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "ops": all, "network": network_rows});
                 std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
             }
             return Ok(());
@@ -160,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         }
     };
     if let Some(path) = &args.json {
-        let report = Report { device: device.describe(), kernel_cache, timings };
+        let report = Report { device: device.describe(), kernel_cache, conv_kernels: crate::kernel_cache::conv_kernels(), timings };
         std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes"))
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }

@@ -63,6 +63,10 @@ struct TrainArgs {
 pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
+    if let Err(msg) = crate::kernel_cache::check_conv_kernels() {
+        eprintln!("error: {msg}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Some(Command::Doctor(args)) => doctor::run(&args),
         Some(Command::Parity(args)) => parity::run(&args),
