@@ -36,6 +36,30 @@ fn parameter_counts_match_libreyolo() {
     assert_eq!(build("yolo9t.toml", 2, false).1.num_parameters(), 1_913_622);
 }
 
+/// Sizes s, m and c against LibreYOLO 1.6's own models (tests/fixtures/make_keys_fixture.py):
+/// parameter counts with and without the PGI branch, and every state_dict key and shape in order.
+#[test]
+fn every_manifest_size_matches_libreyolo_keys_and_counts() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/yolo9_keys.json");
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for size in ["s", "m", "c"] {
+        let expected = &fixture["sizes"][size];
+        let manifest = format!("yolo9{size}.toml");
+        let (_, params) = build(&manifest, 80, false);
+        assert_eq!(params.num_parameters() as u64, expected["num_parameters"].as_u64().unwrap(), "{size}");
+        let (_, with_aux) = build(&manifest, 80, true);
+        assert_eq!(with_aux.num_parameters() as u64, expected["num_parameters_with_aux"].as_u64().unwrap(), "{size} with PGI");
+        let keys: Vec<(String, Vec<usize>)> = expected["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| (k[0].as_str().unwrap().to_string(), k[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()))
+            .collect();
+        let ours: Vec<(String, Vec<usize>)> = params.entries().iter().map(|e| (e.name.clone(), e.value.shape())).collect();
+        assert_eq!(ours, keys, "{size}: state_dict keys and shapes");
+    }
+}
+
 #[test]
 fn state_dict_keys_match_libreyolo() {
     let keys: serde_json::Value =
