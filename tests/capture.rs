@@ -1,5 +1,6 @@
-//! The captured training segment (forward + loss + backward in one graph, or the whole step with
-//! optimizer and EMA) on the CPU, through
+//! The captured training segment (forward + loss + backward in one graph, the whole step with
+//! optimizer and EMA, or LibreYOLO's forward and backward graphs with the loss eager between)
+//! on the CPU, through
 //! burn's software graphs (`LIBREYOLO_CAPTURE_SOFTWARE`: a replay re-runs the recorded closure):
 //! the capture plumbing — shape counting in the executor, stable inputs refreshed per batch,
 //! BatchNorm statistics and optimizer updates outside the graph, the capture-time check against
@@ -46,15 +47,24 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert_eq!(log.matches("cuda_graph: captured training step at input shape [16, 3, 64, 64]").count(), 1, "{log}");
     assert!(weights("eager") == weights("whole"), "the whole-step graph's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("whole"));
+
+    // The shipped plan, LibreYOLO's contract: forward and backward captured, the loss eager
+    // between them, its gradients written into the backward's upstream buffers.
+    let (ok, log) = train(dir.path(), "contract", &["cuda_graph=true"]);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training forward and backward (loss eager) at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert!(!log.contains("ignored") && !log.contains("falling back to eager"), "{log}");
+    assert!(weights("eager") == weights("contract"), "the two-graph run's weights, EMA and optimizer state differ from eager");
+    assert_eq!(losses("eager"), losses("contract"));
 }
 
 #[test]
 fn a_plan_this_build_cannot_capture_says_why_and_trains_eager() {
     let dir = tempfile::tempdir().unwrap();
-    // The shipped plan (LibreYOLO's contract): forward and backward captured, the loss eager.
-    let (ok, log) = train(dir.path(), "contract", &["cuda_graph=true"]);
+    // A backward captured without its forward.
+    let (ok, log) = train(dir.path(), "backward-only", &["cuda_graph=true", "stage.forward.capture=false"]);
     assert!(ok, "{log}");
-    assert_eq!(log.matches("cuda_graph=true ignored (the plan captures [network.forward] and [network.backward]").count(), 1, "{log}");
+    assert_eq!(log.matches("cuda_graph=true ignored (the plan captures [network.backward]").count(), 1, "{log}");
     assert!(log.contains("`stage.loss.capture=true`"), "{log}");
     // Gradient accumulation is not captured.
     let (ok, log) = train(dir.path(), "accumulate", &["cuda_graph=true", "stage.loss.capture=true", "nbs=64"]);

@@ -92,6 +92,7 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             match crate::train::capture_plan::capture_support(loaded, dag, device) {
                 Ok(crate::train::capture_plan::CaptureSupport::WholeStep) => "captures the whole step (forward, loss, backward, optimizer, EMA) as one graph".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::Segment) => "captures forward + loss + backward as one graph; optimizer, EMA and schedule eager".to_string(),
+                Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) => "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract); optimizer, EMA and schedule eager".to_string(),
                 Err(why) => format!("cuda_graph=true ignored ({why}); training runs eager"),
             }
         );

@@ -1,5 +1,6 @@
-//! What this build captures of a manifest's plan: forward + loss + backward as one segment, or
-//! the whole step; anything else, and the settings that rule capture out, give the one line
+//! What this build captures of a manifest's plan: LibreYOLO's contract (forward and backward as
+//! two graphs, the loss eager between), forward + loss + backward as one segment, or the whole
+//! step; anything else, and the settings that rule capture out, give the one line
 //! `cuda_graph=true ignored (<why>); training runs eager.`
 
 use crate::dag::StepDag;
@@ -11,6 +12,8 @@ use super::{accumulation, nominal_batch, segment};
 /// What this build captures of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaptureSupport {
+    /// LibreYOLO's contract: the forward and the backward as two graphs, the loss eager.
+    TwoGraphs,
     /// forward + loss + backward in one graph.
     Segment,
     /// The whole step, optimizer and EMA included.
@@ -35,10 +38,10 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
         Err("device is not CUDA".to_string())
     } else if resolved.ids.len() > 1 {
         Err("distributed training is not supported yet".to_string())
-    } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || whole_step(&captured)) {
+    } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || two_graphs(&captured) || whole_step(&captured)) {
         let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
         Err(format!(
-            "the plan captures {}; this build captures forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`), or the whole step with the optimizer and the EMA",
+            "the plan captures {}; this build captures the forward and the backward as two graphs (LibreYOLO's contract), forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`), or the whole step with the optimizer and the EMA",
             if plan.is_empty() { "nothing".into() } else { plan.join(" and ") }
         ))
     } else if accumulate > 1 {
@@ -47,14 +50,16 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
         Err("fp16 dynamic loss scaling reads the gradients on the host; use bf16".to_string())
     } else if whole_step(&captured) {
         Ok(CaptureSupport::WholeStep)
+    } else if two_graphs(&captured) {
+        Ok(CaptureSupport::TwoGraphs)
     } else {
         Ok(CaptureSupport::Segment)
     }
 }
 
-/// The capture manager for the training step, or one line saying why not and `None` (the step
-/// runs eager).
-pub(super) fn capture_manager(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> Option<(crate::capture::CaptureManager<segment::SegmentGraph>, bool)> {
+/// The capture manager for the training step and what it captures, or one line saying why not
+/// and `None` (the step runs eager).
+pub(super) fn capture_manager(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> Option<(crate::capture::CaptureManager<segment::SegmentGraph>, CaptureSupport)> {
     let m = &loaded.manifest;
     match capture_support(loaded, dag, resolved) {
         Err(r) => {
@@ -62,10 +67,19 @@ pub(super) fn capture_manager(loaded: &LoadedManifest, dag: &StepDag, resolved: 
             None
         }
         Ok(kind) => {
-            let what = if kind == CaptureSupport::WholeStep { "training step" } else { "training forward/loss/backward" };
-            Some((crate::capture::CaptureManager::new(what, m.capture.threshold, m.capture.max_graphs as usize), kind == CaptureSupport::WholeStep))
+            let what = match kind {
+                CaptureSupport::WholeStep => "training step",
+                CaptureSupport::Segment => "training forward/loss/backward",
+                CaptureSupport::TwoGraphs => "training forward and backward (loss eager)",
+            };
+            Some((crate::capture::CaptureManager::new(what, m.capture.threshold, m.capture.max_graphs as usize), kind))
         }
     }
+}
+
+/// Whether the plan is LibreYOLO's contract: the forward and the backward captured, each alone.
+pub(crate) fn two_graphs(captured: &[Vec<&str>]) -> bool {
+    captured == [vec!["network.forward"], vec!["network.backward"]]
 }
 
 /// Whether one captured segment holds the whole step: forward, loss, backward, optionally the

@@ -9,6 +9,7 @@ pub mod progress;
 pub mod run_dir;
 pub mod segment;
 pub mod step;
+pub mod two_graphs;
 pub mod validate;
 
 use std::cell::RefCell;
@@ -70,6 +71,8 @@ pub struct Trainer<'a> {
     /// The captured graph holds the whole step (optimizer and EMA included), not only
     /// forward + loss + backward.
     whole_step: bool,
+    /// LibreYOLO's contract: forward and backward captured as two graphs, the loss eager.
+    split_graphs: bool,
     schedule: Schedule,
     loss: Yolo9Loss,
     aux_weight: f64,
@@ -190,6 +193,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         scalars: Rc::new(RefCell::new(Scalars::new([0.0; 5], &device))),
         ema_scalars: Rc::new(RefCell::new(DecayScalars::new(0.0, &device))),
         whole_step: false,
+        split_graphs: false,
         schedule,
         loss,
         aux_weight: m.model.aux_weight,
@@ -204,10 +208,11 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         fixed_batch: None,
     };
     if m.capture.enabled
-        && let Some((graphs, whole)) = capture_plan::capture_manager(loaded, dag, resolved)
+        && let Some((graphs, kind)) = capture_plan::capture_manager(loaded, dag, resolved)
     {
         trainer.graphs = Some(graphs);
-        trainer.whole_step = whole;
+        trainer.whole_step = kind == capture_plan::CaptureSupport::WholeStep;
+        trainer.split_graphs = kind == capture_plan::CaptureSupport::TwoGraphs;
     }
 
     let mut state = TrainState {

@@ -1,8 +1,10 @@
 //! The captured segment of the training step: network forward, the sync-free loss and the
 //! backward in one graph (the manifest marks `forward`, `loss` and `backward` capture = true),
 //! or the whole step with the BatchNorm statistics, gradient clip, optimizer and EMA too, their
-//! per-step scalars read from device buffers written before each replay. Host bookkeeping
-//! (counters, the schedule) stays outside the graph.
+//! per-step scalars read from device buffers written before each replay, or LibreYOLO's
+//! contract: forward and backward as two graphs with the loss eager between them
+//! ([`two_graphs`](super::two_graphs)). Host bookkeeping (counters, the schedule) stays outside
+//! the graphs.
 //! The graph reads stable input buffers (refreshed in place before each replay) and the
 //! parameters' own buffers (the optimizer, EMA and BatchNorm updates write them in place,
 //! eager, after the replay); it returns the loss terms, the gradients and the BatchNorm batch
@@ -20,6 +22,7 @@ use libreyolo_stages::optim::{Optimizer, Scalars};
 
 use super::Trainer;
 use super::step::{ForwardSpec, backward, forward, loss};
+use super::two_graphs::TwoGraphs;
 use crate::capture::{GraphOps, ShapeKey, refresh, stable_copy, write_in_place};
 
 /// Environment variable: accept burn's software graphs (replay re-runs the closure) on a
@@ -56,11 +59,16 @@ pub struct SegmentSpec {
     pub factor: f64,
     /// The whole step: the updates after backward too.
     pub tail: Option<StepTail>,
+    /// LibreYOLO's contract: forward and backward as two graphs, the loss eager between.
+    pub split: bool,
 }
 
 impl SegmentSpec {
     /// forward -> loss -> backward on `images` and `targets`.
     pub fn run(&self, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
+        if self.split {
+            return super::two_graphs::run_split(self, images, targets);
+        }
         let params = self.params.borrow();
         let (cx, maps) = forward(&self.network, &params, &self.forward, images);
         let strides = self.network.head().strides.clone();
@@ -124,11 +132,31 @@ enum Saved {
 
 type Closure = Box<dyn FnMut() -> SegmentOut>;
 
+/// The graphs of a captured segment.
+enum Recorded {
+    /// One graph (forward + loss + backward, or the whole step), or burn's software graph.
+    One(Graph<SegmentOut, Closure>),
+    /// Forward and backward graphs with the loss eager between.
+    Two(TwoGraphs),
+    /// LibreYOLO's split without hardware graphs: the parts run eagerly (software mode).
+    SplitSoftware,
+}
+
 /// A captured segment and its stable inputs.
 pub struct SegmentGraph {
     images: Rc<RefCell<Tensor<4>>>,
     targets: Rc<RefCell<Tensor<3>>>,
-    graph: Graph<SegmentOut, Closure>,
+    recorded: Recorded,
+}
+
+impl SegmentGraph {
+    fn is_hardware(&self) -> bool {
+        match &self.recorded {
+            Recorded::One(g) => g.is_hardware(),
+            Recorded::Two(_) => true,
+            Recorded::SplitSoftware => false,
+        }
+    }
 }
 
 /// One run of the segment on the current batch.
@@ -158,13 +186,25 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
 
     fn capture(&mut self) -> Result<SegmentGraph, String> {
         let (images, targets) = (stable_copy(&self.images), stable_copy(&self.targets));
-        let (spec, i, t) = (self.spec.clone(), images.clone(), targets.clone());
-        let closure: Closure = Box::new(move || spec.run(i.borrow().clone(), t.borrow().clone()));
         // The warm-up and capture runs of a whole step update the state: undo them after.
         let saved = self.spec.snapshot();
-        let graph = burn::tensor::capture(self.device, closure);
-        let mut g = SegmentGraph { images, targets, graph };
-        let checked = if !g.graph.is_hardware() && !self.allow_software {
+        let recorded = if self.spec.split {
+            let captured = super::two_graphs::capture(self.spec, self.device, &images.borrow(), &targets.borrow());
+            match captured {
+                Ok(Some(two)) => Recorded::Two(two),
+                Ok(None) => Recorded::SplitSoftware,
+                Err(e) => {
+                    let _ = self.device.sync();
+                    return Err(e);
+                }
+            }
+        } else {
+            let (spec, i, t) = (self.spec.clone(), images.clone(), targets.clone());
+            let closure: Closure = Box::new(move || spec.run(i.borrow().clone(), t.borrow().clone()));
+            Recorded::One(burn::tensor::capture(self.device, closure))
+        };
+        let mut g = SegmentGraph { images, targets, recorded };
+        let checked = if !g.is_hardware() && !self.allow_software {
             Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string())
         } else {
             // Check the graph against eager on this batch once: the loss (computed before any
@@ -186,13 +226,18 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
     }
 
     fn replay(&mut self, g: &mut SegmentGraph) -> Result<SegmentOut, String> {
-        let hardware = g.graph.is_hardware();
+        let hardware = g.is_hardware();
         refresh(&g.images, &self.images, hardware)?;
         refresh(&g.targets, &self.targets, hardware)?;
-        // Safety: every buffer the closure touched outlives the graph (the stable inputs are
-        // held by the graph's closure and by `g`; the parameters by the trainer, which drops
-        // the graphs first); refresh, replay and the reads of the outputs run on this thread.
-        Ok(unsafe { g.graph.replay() }.clone())
+        match &mut g.recorded {
+            // Safety: every buffer the closure touched outlives the graph (the stable inputs
+            // are held by the graph's closure and by `g`; the parameters by the trainer, which
+            // drops the graphs first); refresh, replay and the reads of the outputs run on this
+            // thread.
+            Recorded::One(graph) => Ok(unsafe { graph.replay() }.clone()),
+            Recorded::Two(two) => two.replay(self.spec, self.device, g.targets.borrow().clone()),
+            Recorded::SplitSoftware => Ok(self.spec.run(g.images.borrow().clone(), g.targets.borrow().clone())),
+        }
     }
 }
 
@@ -210,6 +255,7 @@ impl Trainer<'_> {
             loss: self.loss.clone(),
             aux_weight: self.aux_weight,
             factor: self.loss_factor(),
+            split: self.split_graphs,
             tail: self.whole_step.then(|| StepTail {
                 optim: self.optim.clone(),
                 scalars: self.scalars.clone(),

@@ -1,0 +1,139 @@
+//! LibreYOLO's capture contract (`cuda_graph=True`): the network forward and the backward as
+//! two CUDA graphs with the loss eager between them (reference section b, burn-0.22.md 4.6).
+//!
+//! The forward graph writes the head maps (and the BatchNorm batch statistics) into the
+//! buffers of its capture run. The loss runs eagerly on those maps, as leaves of a graph of its
+//! own, and its gradient with respect to each map is written in place into a stable upstream
+//! buffer. The backward graph, recorded from the capture run's autodiff tape, reads the saved
+//! activations and the upstream buffers and writes the parameter gradients. Optimizer, EMA and
+//! schedule stay eager, like the reference.
+//!
+//! Without hardware graphs (burn's software mode, `LIBREYOLO_CAPTURE_SOFTWARE` on the CPU) the
+//! same three parts run one after the other on every step, so the tests check the split and the
+//! in-place upstream buffers against eager.
+
+use burn::backend::{Backend, BackendGraph, Dispatch};
+use burn::tensor::{Device, Tensor};
+use libreyolo_families::{BatchStats, Ctx, HeadMaps, ParamId};
+use libreyolo_stages::loss::LossTerms;
+
+use super::segment::{SegmentOut, SegmentSpec};
+use super::step::{forward, loss};
+use crate::capture::write_in_place;
+
+/// The maps of a forward as one list: the main head's, then the auxiliary head's.
+fn all_maps(maps: &HeadMaps) -> Vec<Tensor<4>> {
+    maps.main.iter().chain(maps.aux.iter().flatten()).cloned().collect()
+}
+
+/// The loss of `maps`, taken as leaves of a graph of its own, and its gradient with respect
+/// to each map (in [`all_maps`] order).
+fn loss_and_upstream(spec: &SegmentSpec, maps: &HeadMaps, targets: Tensor<3>) -> (LossTerms, Vec<Tensor<4>>) {
+    let leaf = |m: &Tensor<4>| m.clone().inner().autodiff().require_grad();
+    let leaves = HeadMaps { main: maps.main.iter().map(leaf).collect(), aux: maps.aux.as_ref().map(|a| a.iter().map(leaf).collect()) };
+    let strides = spec.network.head().strides.clone();
+    let terms = loss(&spec.loss, spec.aux_weight, &strides, leaves.clone(), targets);
+    let total = if spec.factor != 1.0 { terms.total.clone().mul_scalar(spec.factor) } else { terms.total.clone() };
+    let grads = total.backward();
+    let upstream = all_maps(&leaves).iter().map(|l| l.grad(&grads).expect("every head map reaches the loss").inner()).collect();
+    (terms, upstream)
+}
+
+/// The parameter gradients of a forward whose maps have the loss gradients `upstream`: the
+/// backward of `sum(map * upstream)` over every map.
+fn backward_from(maps: &HeadMaps, upstream: &[Tensor<4>], cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
+    let total = all_maps(maps)
+        .into_iter()
+        .zip(upstream)
+        .map(|(m, u)| m.mul(u.clone().autodiff()).sum())
+        .reduce(|a, b| a.add(b))
+        .expect("the head has maps");
+    cx.gradients(&total.backward())
+}
+
+/// The three parts eagerly: forward, loss, backward.
+pub fn run_split(spec: &SegmentSpec, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
+    let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images);
+    let stats = cx.take_batch_stats();
+    let (terms, upstream) = loss_and_upstream(spec, &maps, targets);
+    let grads = backward_from(&maps, &upstream, &cx);
+    SegmentOut { terms, grads, stats }
+}
+
+/// The two hardware graphs and every buffer they read or write.
+pub struct TwoGraphs {
+    forward: BackendGraph<Dispatch>,
+    backward: BackendGraph<Dispatch>,
+    /// The capture run's maps: rewritten by every forward replay, read by the eager loss.
+    maps: HeadMaps,
+    /// dL/dmap, written in place before every backward replay.
+    upstream: Vec<Tensor<4>>,
+    /// The backward graph's outputs.
+    grads: Vec<(ParamId, Tensor<1>)>,
+    /// The forward graph's BatchNorm batch statistics.
+    stats: Vec<BatchStats>,
+}
+
+fn failed(what: &str) -> impl Fn(burn::backend::ExecutionError) -> String + '_ {
+    move |e| format!("{what}: {e:?}")
+}
+
+/// Records the two graphs on `device` reading the stable `images` and `targets`; `Ok(None)`
+/// when the backend has no hardware graphs.
+pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets: &Tensor<3>) -> Result<Option<TwoGraphs>, String> {
+    let d = device.as_dispatch();
+    let eager_step = || {
+        let out = run_split(spec, images.clone(), targets.clone());
+        let _ = device.sync();
+        drop(out);
+    };
+    Dispatch::graph_prepare(d).map_err(failed("preparing the forward graph"))?;
+    // Warm-up: kernels compiled and the allocation pools at their steady state before a window
+    // opens (burn-0.22.md 4.2); kept alive until the sync, or fusion would skip them.
+    for _ in 0..3 {
+        eager_step();
+    }
+    if Dispatch::graph_start_capture(d).is_err() {
+        return Ok(None);
+    }
+    let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images.clone());
+    let forward_graph = Dispatch::graph_stop_capture(d).map_err(failed("recording the forward graph"))?;
+    let stats = cx.take_batch_stats();
+    let (_, upstream) = loss_and_upstream(spec, &maps, targets.clone());
+    let mut stable = Vec::with_capacity(upstream.len());
+    for u in upstream {
+        let mut buffer = Tensor::<4>::zeros(u.dims(), &u.device()).cast(u.dtype());
+        write_in_place(&mut buffer, u);
+        stable.push(buffer);
+    }
+    // The forward graph's pages are now reserved to it: one more eager step lets the pools
+    // grow for the backward's temporaries outside a window (burn-0.22.md 4.6).
+    eager_step();
+    Dispatch::graph_prepare(d).map_err(failed("preparing the backward graph"))?;
+    Dispatch::graph_start_capture(d).map_err(failed("opening the backward window"))?;
+    let grads = backward_from(&maps, &stable, &cx);
+    let backward_graph = Dispatch::graph_stop_capture(d).map_err(failed("recording the backward graph"))?;
+    Ok(Some(TwoGraphs { forward: forward_graph, backward: backward_graph, maps, upstream: stable, grads, stats }))
+}
+
+impl TwoGraphs {
+    /// Forward graph, eager loss, upstream gradients written in place, backward graph; the
+    /// stable images and targets are refreshed by the caller.
+    pub fn replay(&mut self, spec: &SegmentSpec, device: &Device, targets: Tensor<3>) -> Result<SegmentOut, String> {
+        let d = device.as_dispatch();
+        // Safety: every buffer the graphs touch is held by `self` (maps, upstream, gradients,
+        // statistics), by the caller (the stable inputs) or by the trainer (the parameters,
+        // which outlive the graphs); the refreshes, the loss and the reads run on this thread,
+        // the stream the graphs were captured on.
+        unsafe { Dispatch::graph_replay(d, &self.forward) }.map_err(failed("replaying the forward graph"))?;
+        let (terms, upstream) = loss_and_upstream(spec, &self.maps, targets);
+        for (stable, new) in self.upstream.iter_mut().zip(upstream) {
+            if !stable.can_mut() {
+                return Err("an upstream-gradient buffer is shared, so an in-place write would not reach the graph".into());
+            }
+            write_in_place(stable, new);
+        }
+        unsafe { Dispatch::graph_replay(d, &self.backward) }.map_err(failed("replaying the backward graph"))?;
+        Ok(SegmentOut { terms, grads: self.grads.clone(), stats: self.stats.clone() })
+    }
+}
