@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use libreyolo_families::{Network, ParamStore, Value};
 use libreyolo_run::manifest::{self, LoadedManifest};
 use libreyolo_run::parity::{self, fixture::{self, Fixture, max_abs_diff, read}};
@@ -168,4 +168,24 @@ fn libreyolo_pt_checkpoints_load() {
     // A file that is not a checkpoint is a clear error.
     let err = libreyolo_families::weights::load_pytorch(&mut ours, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"), false).unwrap_err().to_string();
     assert!(err.contains("not a readable PyTorch checkpoint"), "{err}");
+}
+
+/// Inference fusion (LibreYOLO's `fuse()`): every Conv-BN folded into one convolution, every
+/// RepConvN into one 3x3 convolution. With the fixture's trained weights and BatchNorm
+/// statistics the fused eval maps equal the unfused ones, and the fused network has LibreYOLO's
+/// fused parameter count.
+#[test]
+fn fused_inference_matches_unfused_and_libreyolo_count() {
+    let (net, params) = fixture_model();
+    let device = Device::flex();
+    let x = Tensor::<4>::random([2, 3, 96, 128], burn::tensor::Distribution::Uniform(0.0, 1.0), &device);
+    let plain = net.forward(x.clone(), &libreyolo_families::Ctx::eval(&params), false).main;
+    let cx = libreyolo_families::Ctx::eval_fused(&params, None);
+    let fused = net.forward(x, &cx, false).main;
+    assert_eq!(cx.fused_parameters(&params), 2_001_824);
+    for (p, f) in plain.into_iter().zip(fused) {
+        let scale: f32 = p.clone().abs().max().into_scalar();
+        let err: f32 = p.sub(f).abs().max().into_scalar();
+        assert!(err <= 1e-4 * scale.max(1.0), "fused map differs by {err} (max |map| {scale})");
+    }
 }

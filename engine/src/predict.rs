@@ -14,7 +14,7 @@ use libreyolo_stages::val::nms::{self, Det, NmsConfig};
 use serde::Serialize;
 
 use crate::capture::CaptureManager;
-use crate::capture::forward::{Forward, ForwardGraph, eval_forward};
+use crate::capture::forward::{Forward, ForwardFn, ForwardGraph, fused_eval_forward};
 
 /// What `predict` needs besides the network: thresholds and the input size.
 #[derive(Debug, Clone)]
@@ -78,17 +78,18 @@ fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor
     (x, ratio)
 }
 
-/// Detections of one decoded image; the forward goes through `graphs` (capture, replay or eager).
+/// Detections of one decoded image by `forward`, which goes through `graphs` (capture, replay
+/// or eager).
 pub fn detect<'a>(
-    network: &'a Network,
-    params: &'a ParamStore,
+    network: &Network,
+    forward: &ForwardFn<'a>,
     image: &RgbImage,
     device: &'a Device,
     cfg: &PredictConfig,
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<Det>> {
     let (x, ratio) = preprocess(image, device, cfg);
-    let mut forward = Forward { f: eval_forward(network, params, cfg.compute), device, input: x, dtype: cfg.compute };
+    let mut forward = Forward { f: forward.clone(), device, input: x, dtype: cfg.compute };
     let key = forward.key();
     let pred = graphs.run(&key, &mut forward);
     let [_, _, a] = pred.dims();
@@ -110,6 +111,9 @@ pub fn run<'a>(
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<ImagePrediction>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    // LibreYOLO predicts with the fused model (`fuse()`): BatchNorm folded into convolutions,
+    // RepConvN into one 3x3 convolution, folded once for the whole run.
+    let forward = fused_eval_forward(network, params, cfg.compute);
     let bar = crate::train::progress::bar(files.len() as u64, "predict");
     let mut all = vec![];
     for file in files {
@@ -121,7 +125,7 @@ pub fn run<'a>(
                 continue;
             }
         };
-        let dets = detect(network, params, &image, device, cfg, graphs)?;
+        let dets = detect(network, &forward, &image, device, cfg, graphs)?;
         let name_of = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
         let mut annotated = image.clone();
         draw(&mut annotated, &dets, &name_of)?;

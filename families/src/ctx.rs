@@ -2,6 +2,7 @@
 //! uses batch statistics (training) or its running statistics (eval).
 
 use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 
 use burn::tensor::{FloatDType, Gradients, Tensor};
 
@@ -44,6 +45,15 @@ pub enum TracedOp {
     Concat { inputs: Vec<[usize; 4]> },
 }
 
+/// Inference fusion (LibreYOLO's `fuse()`): each Conv-BN as one convolution with a bias, each
+/// RepConvN as one 3x3 convolution, folded at first use and kept for the context's life.
+#[derive(Default)]
+struct Fused {
+    convs: HashMap<ParamId, (Tensor<4>, Tensor<1>)>,
+    /// The stored parameters the folded convolutions replace.
+    replaced: HashSet<ParamId>,
+}
+
 /// Forward context.
 pub struct Ctx {
     /// What the forward reads (in the compute dtype).
@@ -54,6 +64,10 @@ pub struct Ctx {
     batch_stats: RefCell<Vec<BatchStats>>,
     /// The operations of the forward, when tracing.
     trace: RefCell<Option<Vec<TracedOp>>>,
+    /// The compute dtype the forward reads parameters in (`None`: as stored).
+    dtype: Option<FloatDType>,
+    /// Folded convolutions, in an inference context ([`eval_fused`](Self::eval_fused)).
+    fused: Option<RefCell<Fused>>,
 }
 
 impl Ctx {
@@ -65,6 +79,16 @@ impl Ctx {
     /// Eval mode computing in `dtype`.
     pub fn eval_in(store: &ParamStore, dtype: FloatDType) -> Self {
         Self::new(store, false, Some(dtype))
+    }
+
+    /// Eval mode with inference fusion, computing in `dtype` (`None`: as stored): BatchNorm
+    /// folded into its convolution and RepConvN's two branches into one 3x3 convolution, in
+    /// f32 at first use, then reused. Build it once per set of weights (e.g. one `predict`
+    /// run): the folded tensors do not follow later updates of the store.
+    pub fn eval_fused(store: &ParamStore, dtype: Option<FloatDType>) -> Self {
+        let mut cx = Self::new(store, false, dtype);
+        cx.fused = Some(RefCell::new(Fused::default()));
+        cx
     }
 
     /// Training mode: trainable tensors become autodiff leaves that keep their gradient;
@@ -109,7 +133,7 @@ impl Ctx {
                 Live::None => Live::None,
             })
             .collect();
-        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None) }
+        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None }
     }
 
     /// Records the forward's operations (see [`take_trace`](Self::take_trace)).
@@ -152,6 +176,58 @@ impl Ctx {
             Live::Rank1(t) => t.clone(),
             other => panic!("parameter {} is not rank 1: {other:?}", id.0),
         }
+    }
+
+    /// Whether this is an inference context that folds convolutions.
+    pub fn fusing(&self) -> bool {
+        self.fused.is_some()
+    }
+
+    /// A parameter as stored (f32 master weights), before the compute cast: what folding reads.
+    pub fn stored_rank4(&self, id: ParamId) -> Tensor<4> {
+        match &self.leaves[id.0] {
+            Live::Rank4(t) => t.clone(),
+            other => panic!("parameter {} is not rank 4: {other:?}", id.0),
+        }
+    }
+
+    pub fn stored_rank1(&self, id: ParamId) -> Tensor<1> {
+        match &self.leaves[id.0] {
+            Live::Rank1(t) => t.clone(),
+            other => panic!("parameter {} is not rank 1: {other:?}", id.0),
+        }
+    }
+
+    /// The folded convolution `(weight, bias)` keyed by `key`, made by `fold` (from stored
+    /// tensors) at first use and cast to the compute dtype; it replaces `replaced`.
+    pub fn fused_conv(&self, key: ParamId, replaced: &[ParamId], fold: impl FnOnce() -> (Tensor<4>, Tensor<1>)) -> (Tensor<4>, Tensor<1>) {
+        let fused = self.fused.as_ref().expect("fused_conv in a context that does not fuse");
+        if let Some(conv) = fused.borrow().convs.get(&key) {
+            return conv.clone();
+        }
+        let (w, b) = fold();
+        let conv = match self.dtype {
+            Some(d) => (w.cast(d), b.cast(d)),
+            None => (w, b),
+        };
+        let mut fused = fused.borrow_mut();
+        fused.replaced.extend(replaced.iter().copied());
+        fused.convs.insert(key, conv.clone());
+        conv
+    }
+
+    /// The parameter count of the fused network once a forward has folded it: LibreYOLO's
+    /// count after `fuse()` (the stored parameters not replaced, plus the folded ones).
+    pub fn fused_parameters(&self, store: &ParamStore) -> usize {
+        let fused = self.fused.as_ref().expect("fused_parameters in a context that does not fuse").borrow();
+        let kept: usize = store
+            .entries()
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| e.role.is_trainable() && !fused.replaced.contains(&ParamId(*i)))
+            .map(|(_, e)| e.value.shape().iter().product::<usize>())
+            .sum();
+        kept + fused.convs.values().map(|(w, b)| w.shape().num_elements() + b.dims()[0]).sum::<usize>()
     }
 
     pub(crate) fn record(&self, stats: BatchStats) {

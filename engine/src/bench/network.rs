@@ -23,13 +23,19 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &
     let images = Tensor::<4>::random([cfg.batch, 3, cfg.height, cfg.width], Distribution::Uniform(0.0, 1.0), device).cast(cfg.dtype);
     let tag = format!("b{} {}x{} {:?}", cfg.batch, cfg.height, cfg.width, cfg.dtype);
     let eval = Ctx::eval(&params);
+    // Inference fusion (what predict runs): the folding happens in the first run.
+    let fused = Ctx::eval_fused(&params, None);
     let forward = || {
-        time(&format!("forward (eval) {tag}"), device, cfg.warmup, cfg.iters, || {
+        let plain = time(&format!("forward (eval) {tag}"), device, cfg.warmup, cfg.iters, || {
             network.forward(images.clone(), &eval, false).main
-        })
+        });
+        let folded = time(&format!("forward (eval, fused) {tag}"), device, cfg.warmup, cfg.iters, || {
+            network.forward(images.clone(), &fused, false).main
+        });
+        [plain, folded]
     };
     if !cfg.train {
-        return vec![forward()];
+        return forward().to_vec();
     }
     // The training step first: its convolution forwards have the eval forward's shapes, so the
     // eval forward then finds them tuned, and a run cut short by a time limit has spent its
@@ -41,5 +47,6 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &
         let grads = loss.backward();
         cx.gradients(&grads)
     });
-    vec![forward(), train]
+    let [plain, folded] = forward();
+    vec![plain, folded, train]
 }

@@ -42,9 +42,18 @@ pub fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, 
     network.head().decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32)
 }
 
-/// [`run`] as a [`ForwardFn`] over borrowed weights.
-pub fn eval_forward<'a>(network: &'a Network, params: &'a ParamStore, compute: Option<FloatDType>) -> ForwardFn<'a> {
-    Rc::new(move |x| run(network, params, compute, x))
+/// The eval forward with inference fusion (LibreYOLO's `fuse()`, [`Ctx::eval_fused`]): the
+/// folded convolutions are made at the first call and reused, so `params` must not change
+/// while the returned function is in use (predict; not validation during training).
+pub fn fused_eval_forward<'a>(network: &'a Network, params: &'a ParamStore, compute: Option<FloatDType>) -> ForwardFn<'a> {
+    let cx = Ctx::eval_fused(params, compute);
+    Rc::new(move |x| {
+        let x = match compute {
+            Some(d) => x.cast(d),
+            None => x,
+        };
+        network.head().decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32)
+    })
 }
 
 impl Forward<'_> {

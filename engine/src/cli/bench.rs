@@ -139,7 +139,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 let (plain, plain_params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
                 let t = bench::network::run(&network_bench(args, *d, true), &plain, &plain_params, &dev);
                 let dt = format!("{:?}", FloatDType::from(*d));
-                for (timing, category) in t.iter().zip(["network forward (eval)", "network forward+backward"]) {
+                for (timing, category) in t.iter().zip(["network forward (eval)", "network forward (eval, fused)", "network forward+backward"]) {
                     network_rows.push(serde_json::json!({"category": category, "dtype": dt, "ms": timing.mean_ms, "first_s": timing.first_s}));
                 }
             }

@@ -61,4 +61,17 @@ impl BatchNorm {
         });
         y
     }
+
+    /// Eval-mode BatchNorm as `x * scale + shift` per channel, from the stored (f32) tensors:
+    /// what inference fusion folds into the preceding convolution.
+    pub fn fold(&self, cx: &Ctx) -> (Tensor<1>, Tensor<1>) {
+        let scale = cx.stored_rank1(self.weight).div(cx.stored_rank1(self.running_var).add_scalar(EPS).sqrt());
+        let shift = cx.stored_rank1(self.bias).sub(cx.stored_rank1(self.running_mean).mul(scale.clone()));
+        (scale, shift)
+    }
+
+    /// The stored tensors of this layer that hold parameters or statistics.
+    pub fn ids(&self) -> [ParamId; 4] {
+        [self.weight, self.bias, self.running_mean, self.running_var]
+    }
 }

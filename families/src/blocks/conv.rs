@@ -52,7 +52,7 @@ impl ConvShape {
     /// concatenated: burn-cubecl's implicit-GEMM kernels decline `groups > 1`, and the direct
     /// kernel that accepts it was 17x slower on the H200, its gradients slower still
     /// (docs/performance.md). Same arithmetic, so the parity with LibreYOLO is unchanged.
-    fn apply(&self, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
+    pub(crate) fn apply(&self, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
         if !self.split_groups() {
             let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups);
             return conv2d(x, weight, bias, options);
@@ -94,10 +94,32 @@ impl Conv {
         self.shape.c_out
     }
 
+    pub fn shape(&self) -> &ConvShape {
+        &self.shape
+    }
+
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
         cx.trace(|| self.shape.traced(x.dims(), false, true, self.act));
-        let y = self.bn.forward(self.shape.apply(x, cx.rank4(self.weight), None), cx);
+        let y = if cx.fusing() {
+            let (w, b) = cx.fused_conv(self.weight, &self.replaced(), || self.folded(cx));
+            self.shape.apply(x, w, Some(b))
+        } else {
+            self.bn.forward(self.shape.apply(x, cx.rank4(self.weight), None), cx)
+        };
         if self.act { silu(y) } else { y }
+    }
+
+    /// The convolution with its BatchNorm folded in, from the stored tensors: weight `w * s`
+    /// per output channel, bias `shift` (see [`BatchNorm::fold`]).
+    pub fn folded(&self, cx: &Ctx) -> (Tensor<4>, Tensor<1>) {
+        let (scale, shift) = self.bn.fold(cx);
+        let weight = cx.stored_rank4(self.weight).mul(scale.reshape([self.shape.c_out, 1, 1, 1]));
+        (weight, shift)
+    }
+
+    /// The stored tensors the folded convolution replaces.
+    pub fn replaced(&self) -> Vec<ParamId> {
+        std::iter::once(self.weight).chain(self.bn.ids()).collect()
     }
 }
 

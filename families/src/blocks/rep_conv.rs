@@ -23,6 +23,21 @@ impl RepConvN {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+        if cx.fusing() {
+            // One 3x3 convolution: both branches folded, the 1x1 kernel at the 3x3's centre.
+            let replaced: Vec<_> = self.conv1.replaced().into_iter().chain(self.conv2.replaced()).collect();
+            let key = replaced[0];
+            let (w, b) = cx.fused_conv(key, &replaced, || {
+                let (w3, b3) = self.conv1.folded(cx);
+                let (w1, b1) = self.conv2.folded(cx);
+                let [c_out, c_in, _, _] = w1.dims();
+                let centre = Tensor::<4>::zeros([c_out, c_in, 3, 3], &w1.device()).slice_assign([0..c_out, 0..c_in, 1..2, 1..2], w1);
+                (w3.add(centre), b3.add(b1))
+            });
+            let y = self.conv1.shape().apply(x, w, Some(b));
+            cx.trace(|| TracedOp::Silu { input: y.dims() });
+            return silu(y);
+        }
         let y = self.conv1.forward(x.clone(), cx).add(self.conv2.forward(x, cx));
         cx.trace(|| TracedOp::Silu { input: y.dims() });
         silu(y)
