@@ -4,11 +4,16 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
+    run_with_env(args, &[])
+}
+
+fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
         .args(args)
         .current_dir(root)
         .env("LIBREYOLO_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .expect("the binary runs")
 }
@@ -96,13 +101,7 @@ fn autobatch_on_the_cpu_uses_the_default_batch() {
 
 #[test]
 fn a_bad_convolution_kernel_policy_is_an_error_before_anything_runs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
-        .args(["manifests/yolo9t.toml", "--dry-run"])
-        .current_dir(root)
-        .env("BURN_CONV_KERNELS", "fastest")
-        .output()
-        .expect("the binary runs");
+    let out = run_with_env(&["manifests/yolo9t.toml", "--dry-run"], &[("BURN_CONV_KERNELS", "fastest")]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("BURN_CONV_KERNELS=\"fastest\"") && stderr.contains("`fixed:NAME,...`"), "{stderr}");

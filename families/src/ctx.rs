@@ -16,6 +16,22 @@ enum Live {
     None,
 }
 
+impl Live {
+    fn rank4(&self, id: ParamId) -> Tensor<4> {
+        match self {
+            Live::Rank4(t) => t.clone(),
+            other => panic!("parameter {} is not rank 4: {other:?}", id.0),
+        }
+    }
+
+    fn rank1(&self, id: ParamId) -> Tensor<1> {
+        match self {
+            Live::Rank1(t) => t.clone(),
+            other => panic!("parameter {} is not rank 1: {other:?}", id.0),
+        }
+    }
+}
+
 /// Batch statistics of one BatchNorm layer from a training forward, applied to the running
 /// statistics afterwards by [`ParamStore::apply_batch_stats`], outside the forward, so that
 /// extra forwards (graph-capture warm-up) need not advance them.
@@ -165,17 +181,11 @@ impl Ctx {
     }
 
     pub fn rank4(&self, id: ParamId) -> Tensor<4> {
-        match &self.live[id.0] {
-            Live::Rank4(t) => t.clone(),
-            other => panic!("parameter {} is not rank 4: {other:?}", id.0),
-        }
+        self.live[id.0].rank4(id)
     }
 
     pub fn rank1(&self, id: ParamId) -> Tensor<1> {
-        match &self.live[id.0] {
-            Live::Rank1(t) => t.clone(),
-            other => panic!("parameter {} is not rank 1: {other:?}", id.0),
-        }
+        self.live[id.0].rank1(id)
     }
 
     /// Whether this is an inference context that folds convolutions.
@@ -185,17 +195,11 @@ impl Ctx {
 
     /// A parameter as stored (f32 master weights), before the compute cast: what folding reads.
     pub fn stored_rank4(&self, id: ParamId) -> Tensor<4> {
-        match &self.leaves[id.0] {
-            Live::Rank4(t) => t.clone(),
-            other => panic!("parameter {} is not rank 4: {other:?}", id.0),
-        }
+        self.leaves[id.0].rank4(id)
     }
 
     pub fn stored_rank1(&self, id: ParamId) -> Tensor<1> {
-        match &self.leaves[id.0] {
-            Live::Rank1(t) => t.clone(),
-            other => panic!("parameter {} is not rank 1: {other:?}", id.0),
-        }
+        self.leaves[id.0].rank1(id)
     }
 
     /// The folded convolution `(weight, bias)` keyed by `key`, made by `fold` (from stored

@@ -10,6 +10,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::module::{avg_pool2d, conv2d, conv2d_weight_backward, interpolate, max_pool2d};
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, InterpolateMode, InterpolateOptions, MaxPoolOptions};
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+use libreyolo_families::blocks::ConvShape;
 use libreyolo_families::{Ctx, Network, ParamStore, TracedOp};
 use serde::{Deserialize, Serialize};
 
@@ -100,7 +101,7 @@ pub fn network_ops(network: &Network, params: &ParamStore, with_aux: bool, batch
                 let input = with_batch(input);
                 let out = conv_output(input, c_out, k, stride, padding);
                 // A grouped convolution runs as one dense convolution per group (ConvShape::apply).
-                let split = groups > 1 && groups != input[1];
+                let split = ConvShape { c_in: input[1], c_out, k, stride, padding, groups }.split_groups();
                 let (conv_in, conv_out, conv_groups, n) =
                     if split { ([input[0], input[1] / groups, input[2], input[3]], c_out / groups, 1, groups) } else { (input, c_out, groups, 1) };
                 for _ in 0..n {

@@ -35,11 +35,11 @@ pub struct Forward<'a> {
 
 /// The eval forward of `network` with `params`, computing in `compute`.
 pub fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, x: Tensor<4>) -> Tensor<3> {
-    let (cx, x) = match compute {
-        Some(d) => (Ctx::eval_in(params, d), x.cast(d)),
-        None => (Ctx::eval(params), x),
+    let cx = match compute {
+        Some(d) => Ctx::eval_in(params, d),
+        None => Ctx::eval(params),
     };
-    network.head().decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32)
+    decoded(network, &cx, compute, x)
 }
 
 /// The eval forward with inference fusion (LibreYOLO's `fuse()`, [`Ctx::eval_fused`]): the
@@ -47,13 +47,16 @@ pub fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, 
 /// while the returned function is in use (predict; not validation during training).
 pub fn fused_eval_forward<'a>(network: &'a Network, params: &'a ParamStore, compute: Option<FloatDType>) -> ForwardFn<'a> {
     let cx = Ctx::eval_fused(params, compute);
-    Rc::new(move |x| {
-        let x = match compute {
-            Some(d) => x.cast(d),
-            None => x,
-        };
-        network.head().decode(&network.forward(x, &cx, false).main).cast(FloatDType::F32)
-    })
+    Rc::new(move |x| decoded(network, &cx, compute, x))
+}
+
+/// `network`'s forward in `cx` on `x` cast to `compute`, decoded, in f32.
+fn decoded(network: &Network, cx: &Ctx, compute: Option<FloatDType>, x: Tensor<4>) -> Tensor<3> {
+    let x = match compute {
+        Some(d) => x.cast(d),
+        None => x,
+    };
+    network.head().decode(&network.forward(x, cx, false).main).cast(FloatDType::F32)
 }
 
 impl Forward<'_> {

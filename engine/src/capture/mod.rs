@@ -31,12 +31,17 @@ pub fn write_in_place<const D: usize>(t: &mut Tensor<D>, new: Tensor<D>) {
     t.inplace(|t| t.slice_assign(ranges, new));
 }
 
-/// A graph's stable input: a fresh, uniquely owned buffer holding a copy of `t`, which the
-/// captured closure borrows.
+/// A copy of `t` in a fresh, uniquely owned buffer of its shape, dtype and device: a buffer a
+/// graph can read or write in place.
+pub fn fresh_copy<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
+    let mut copy = t.zeros_like();
+    write_in_place(&mut copy, t.clone());
+    copy
+}
+
+/// A graph's stable input: a [`fresh_copy`] of `t`, which the captured closure borrows.
 pub fn stable_copy<const D: usize>(t: &Tensor<D>) -> Rc<RefCell<Tensor<D>>> {
-    let mut stable = Tensor::<D>::zeros(t.dims(), &t.device());
-    write_in_place(&mut stable, t.clone());
-    Rc::new(RefCell::new(stable))
+    Rc::new(RefCell::new(fresh_copy(t)))
 }
 
 /// Writes `new` into a graph's stable input before a replay. On a hardware graph the buffer

@@ -19,7 +19,7 @@ use libreyolo_stages::loss::LossTerms;
 
 use super::segment::{SegmentOut, SegmentSpec};
 use super::step::{forward, loss};
-use crate::capture::write_in_place;
+use crate::capture::{fresh_copy, write_in_place};
 
 /// The maps of a forward as one list: the main head's, then the auxiliary head's.
 fn all_maps(maps: &HeadMaps) -> Vec<Tensor<4>> {
@@ -100,12 +100,7 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
     let forward_graph = Dispatch::graph_stop_capture(d).map_err(failed("recording the forward graph"))?;
     let stats = cx.take_batch_stats();
     let (_, upstream) = loss_and_upstream(spec, &maps, targets.clone());
-    let mut stable = Vec::with_capacity(upstream.len());
-    for u in upstream {
-        let mut buffer = Tensor::<4>::zeros(u.dims(), &u.device()).cast(u.dtype());
-        write_in_place(&mut buffer, u);
-        stable.push(buffer);
-    }
+    let stable: Vec<Tensor<4>> = upstream.iter().map(fresh_copy).collect();
     // The forward graph's pages are now reserved to it: one more eager step lets the pools
     // grow for the backward's temporaries outside a window (burn-0.22.md 4.6).
     eager_step();
