@@ -189,3 +189,29 @@ fn fused_inference_matches_unfused_and_libreyolo_count() {
         assert!(err <= 1e-4 * scale.max(1.0), "fused map differs by {err} (max |map| {scale})");
     }
 }
+
+/// Fusion of a store already cast to bf16 (what `bench network --dtype bf16` holds): the folding
+/// still runs in f32 (it pads the 1x1 kernel into a 3x3 of `Tensor::zeros`, which is f32, so a
+/// bf16 fold failed on the GPU with a dtype mismatch), and the maps come back in bf16, as close
+/// to the unfused bf16 maps as those are to the f32 ones.
+#[test]
+fn fused_inference_of_a_bf16_store_folds_in_f32() {
+    use burn::tensor::FloatDType::{BF16, F32};
+    let (net, params) = fixture_model();
+    let device = Device::flex();
+    let x = Tensor::<4>::random([1, 3, 64, 64], burn::tensor::Distribution::Uniform(0.0, 1.0), &device);
+    let exact = net.forward(x.clone(), &libreyolo_families::Ctx::eval(&params), false).main;
+    let mut half = params.clone();
+    half.cast(BF16);
+    let plain = net.forward(x.clone().cast(BF16), &libreyolo_families::Ctx::eval(&half), false).main;
+    let cx = libreyolo_families::Ctx::eval_fused(&half, None);
+    let fused = net.forward(x.cast(BF16), &cx, false).main;
+    for ((e, p), f) in exact.into_iter().zip(plain).zip(fused) {
+        assert_eq!(f.dtype(), burn::tensor::DType::BF16);
+        let bf16_err: f32 = e.clone().sub(p.cast(F32)).abs().max().into_scalar();
+        let fused_err: f32 = e.clone().sub(f.cast(F32)).abs().max().into_scalar();
+        let scale: f32 = e.clone().abs().max().into_scalar();
+        eprintln!("max |map| {scale}: max |f32 - bf16| unfused {bf16_err}, fused {fused_err}");
+        assert!(fused_err <= 1.5 * bf16_err, "bf16 fused map differs by {fused_err}, unfused bf16 by {bf16_err}");
+    }
+}

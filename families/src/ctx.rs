@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use burn::tensor::{FloatDType, Gradients, Tensor};
+use burn::tensor::{DType, FloatDType, Gradients, Tensor};
 
 use crate::params::{ParamId, ParamStore, Value};
 
@@ -193,13 +193,14 @@ impl Ctx {
         self.fused.is_some()
     }
 
-    /// A parameter as stored (f32 master weights), before the compute cast: what folding reads.
+    /// A parameter as stored, before the compute cast, in f32: what folding reads (a store
+    /// cast to bf16 folds in f32 too, and the folded tensors then match `Tensor::zeros`).
     pub fn stored_rank4(&self, id: ParamId) -> Tensor<4> {
-        self.leaves[id.0].rank4(id)
+        self.leaves[id.0].rank4(id).cast(FloatDType::F32)
     }
 
     pub fn stored_rank1(&self, id: ParamId) -> Tensor<1> {
-        self.leaves[id.0].rank1(id)
+        self.leaves[id.0].rank1(id).cast(FloatDType::F32)
     }
 
     /// The folded convolution `(weight, bias)` keyed by `key`, made by `fold` (from stored
@@ -210,10 +211,9 @@ impl Ctx {
             return conv.clone();
         }
         let (w, b) = fold();
-        let conv = match self.dtype {
-            Some(d) => (w.cast(d), b.cast(d)),
-            None => (w, b),
-        };
+        // Folded in f32; computed in the context's dtype, or the store's when it has none.
+        let dtype = self.dtype.map(DType::from).unwrap_or_else(|| self.leaves[key.0].rank4(key).dtype());
+        let conv = (w.cast(dtype), b.cast(dtype));
         let mut fused = fused.borrow_mut();
         fused.replaced.extend(replaced.iter().copied());
         fused.convs.insert(key, conv.clone());

@@ -10,7 +10,7 @@
 //! eager, after the replay); it returns the loss terms, the gradients and the BatchNorm batch
 //! statistics, which are folded in eagerly, so the capture's warm-up runs change nothing.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use burn::tensor::{Device, Graph, Tensor};
@@ -45,6 +45,25 @@ pub struct StepTail {
     pub scalars: Rc<RefCell<Scalars>>,
     pub ema: Option<(Rc<RefCell<Ema>>, Rc<RefCell<DecayScalars>>)>,
     pub clip_max_norm: f64,
+    /// Check that the step owns every stored tensor it updates (hardware graphs only: the CPU
+    /// backend never reports a buffer as uniquely owned).
+    pub require_unique: bool,
+    /// The first stored tensor found shared by such a check.
+    pub shared: Rc<Cell<Option<String>>>,
+}
+
+/// The name of the first stored tensor whose buffer is shared, if any: an in-place update of it
+/// would land in a new buffer.
+fn first_shared(params: &ParamStore) -> Option<String> {
+    use libreyolo_families::Value;
+    params.entries().iter().find_map(|e| {
+        let unique = match &e.value {
+            Value::Rank4(t) => t.can_mut(),
+            Value::Rank1(t) => t.can_mut(),
+            Value::Count(_) => true,
+        };
+        (!unique).then(|| e.name.clone())
+    })
 }
 
 /// Everything the segment reads besides its inputs.
@@ -75,9 +94,19 @@ impl SegmentSpec {
         let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets);
         let mut grads = backward(&terms.total, self.factor, &cx);
         let stats = cx.take_batch_stats();
+        // The context holds a handle on every stored tensor. Dropped before the tail, so the
+        // updates below own the buffers and write them in place: inside a capture window an
+        // update that cannot would record its result into a new buffer that the next replay's
+        // forward never reads (seen on the H200: the store then held never-written memory).
+        drop(cx);
         drop(params);
         if let Some(tail) = &self.tail {
             let mut params = self.params.borrow_mut();
+            if tail.require_unique
+                && let Some(shared) = first_shared(&params)
+            {
+                tail.shared.replace(Some(shared));
+            }
             params.fold_batch_stats(&stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
             super::step::clip_global_norm(&mut grads, tail.clip_max_norm);
             tail.optim.borrow_mut().step(&mut params, std::mem::take(&mut grads), &tail.scalars.borrow());
@@ -204,7 +233,10 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
             Recorded::One(burn::tensor::capture(self.device, closure))
         };
         let mut g = SegmentGraph { images, targets, recorded };
-        let checked = if !g.is_hardware() && !self.allow_software {
+        let shared = self.spec.tail.as_ref().and_then(|t| t.shared.take());
+        let checked = if let Some(name) = shared {
+            Err(format!("the step updates `{name}` while another handle holds its buffer, so the update would not reach the graph"))
+        } else if !g.is_hardware() && !self.allow_software {
             Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string())
         } else {
             // Check the graph against eager on this batch once: the loss (computed before any
@@ -261,6 +293,8 @@ impl Trainer<'_> {
                 scalars: self.scalars.clone(),
                 ema: self.ema.as_ref().map(|e| (e.clone(), self.ema_scalars.clone())),
                 clip_max_norm: self.loaded.manifest.optim.clip_max_norm,
+                require_unique: std::env::var_os(SOFTWARE_ENV).is_none(),
+                shared: Rc::new(Cell::new(None)),
             }),
         };
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };

@@ -51,11 +51,16 @@ fn backward_from(maps: &HeadMaps, upstream: &[Tensor<4>], cx: &Ctx) -> Vec<(Para
     cx.gradients(&total.backward())
 }
 
-/// The three parts eagerly: forward, loss, backward.
+/// The three parts eagerly: forward, loss, backward, with the device drained between them as
+/// the graph windows drain it, so the lazy fusion backend builds the same fused kernels in the
+/// warm-up as in the windows (a kernel first built or autotuned inside a window fails it).
 pub fn run_split(spec: &SegmentSpec, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
+    let device = images.device();
     let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images);
     let stats = cx.take_batch_stats();
+    let _ = device.sync();
     let (terms, upstream) = loss_and_upstream(spec, &maps, targets);
+    let _ = device.sync();
     let grads = backward_from(&maps, &upstream, &cx);
     SegmentOut { terms, grads, stats }
 }
