@@ -5,7 +5,7 @@
 //! can replay it) and on the host (`finish_update`).
 
 use burn::tensor::{Device, Tensor};
-use libreyolo_families::params::TensorMut;
+use libreyolo_families::params::{TensorMut, update_in_place};
 use libreyolo_families::{ParamStore, Value};
 
 use crate::optim::{device_scalar, write_scalar};
@@ -31,14 +31,15 @@ impl Ema {
     /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor, with
     /// `d` read from device scalars (a captured step refreshes them before each replay).
     pub fn update_device(&mut self, model: &ParamStore, d: &DecayScalars) {
+        let stable = model.stable_buffers();
         for i in 0..model.len() {
             let id = libreyolo_families::ParamId(i);
             match (&mut self.store.entry_mut(id).value, &model.entry(id).value) {
                 (Value::Rank4(e), Value::Rank4(m)) => {
                     let (dd, od) = (d.decay.clone().reshape([1, 1, 1, 1]), d.one_minus.clone().reshape([1, 1, 1, 1]));
-                    e.inplace(|e| e.mul(dd).add(m.clone().mul(od)))
+                    update_in_place(e, stable, |e| e.mul(dd).add(m.clone().mul(od)))
                 }
-                (Value::Rank1(e), Value::Rank1(m)) => e.inplace(|e| e.mul(d.decay.clone()).add(m.clone().mul(d.one_minus.clone()))),
+                (Value::Rank1(e), Value::Rank1(m)) => update_in_place(e, stable, |e| e.mul(d.decay.clone()).add(m.clone().mul(d.one_minus.clone()))),
                 (Value::Count(_), Value::Count(_)) => {}
                 _ => unreachable!("the EMA mirrors the model"),
             }

@@ -24,18 +24,13 @@ use burn::tensor::Tensor;
 
 use serde::Serialize;
 
-/// Writes `new` (same shape) into `t`'s own buffer (burn-0.22.md 4.5: a graph keeps reading
-/// the buffers it recorded, so state and inputs are refreshed in place, never replaced).
-pub fn write_in_place<const D: usize>(t: &mut Tensor<D>, new: Tensor<D>) {
-    let ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| 0..new.dims()[i]);
-    t.inplace(|t| t.slice_assign(ranges, new));
-}
+pub use libreyolo_families::params::write_into;
 
 /// A copy of `t` in a fresh, uniquely owned buffer of its shape, dtype and device: a buffer a
 /// graph can read or write in place.
 pub fn fresh_copy<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
     let mut copy = t.zeros_like();
-    write_in_place(&mut copy, t.clone());
+    write_into(&mut copy, t.clone());
     copy
 }
 
@@ -51,7 +46,7 @@ pub fn refresh<const D: usize>(stable: &RefCell<Tensor<D>>, new: &Tensor<D>, har
     if hardware && !t.can_mut() {
         return Err("a stable input buffer is shared, so an in-place refresh would not reach the graph".into());
     }
-    write_in_place(&mut t, new.clone());
+    write_into(&mut t, new.clone());
     Ok(())
 }
 

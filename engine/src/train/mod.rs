@@ -213,6 +213,9 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         trainer.graphs = Some(graphs);
         trainer.whole_step = kind == capture_plan::CaptureSupport::WholeStep;
         trainer.split_graphs = kind == capture_plan::CaptureSupport::TwoGraphs;
+        // The whole step's updates are recorded into the graph: each must keep its tensor's
+        // buffer, whatever the fusion backend would pick.
+        trainer.model.params.borrow_mut().set_stable_buffers(trainer.whole_step);
     }
 
     let mut state = TrainState {

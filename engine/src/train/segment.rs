@@ -23,7 +23,7 @@ use libreyolo_stages::optim::{Optimizer, Scalars};
 use super::Trainer;
 use super::step::{ForwardSpec, backward, forward, loss};
 use super::two_graphs::TwoGraphs;
-use crate::capture::{GraphOps, ShapeKey, refresh, stable_copy, write_in_place};
+use crate::capture::{GraphOps, ShapeKey, refresh, stable_copy, write_into};
 
 /// Environment variable: accept burn's software graphs (replay re-runs the closure) on a
 /// backend without hardware graphs, to exercise the capture path on the CPU (tests).
@@ -136,13 +136,46 @@ impl SegmentSpec {
         out
     }
 
+    /// What a run of the step produced, as one number: the sum of squares of the gradients, or
+    /// with the tail, of how far the parameters moved from `before` (a [`snapshot`](Self::snapshot)).
+    fn signature(&self, out: &SegmentOut, before: &[Saved]) -> f64 {
+        let sum = if self.tail.is_some() {
+            let mut params = self.params.borrow_mut();
+            let moved: Vec<Tensor<1>> = params
+                .tensors_mut()
+                .into_iter()
+                .zip(before)
+                .map(|(now, was)| match (now, was) {
+                    (TensorMut::Rank4(t), Saved::Rank4(w)) => t.clone().sub(w.clone()).square().sum(),
+                    (TensorMut::Rank1(t), Saved::Rank1(w)) => t.clone().sub(w.clone()).square().sum(),
+                    _ => unreachable!("saved in the store's order"),
+                })
+                .collect();
+            moved.into_iter().reduce(|a, b| a.add(b))
+        } else {
+            out.grads.iter().map(|(_, g)| g.clone().square().sum()).reduce(|a, b| a.add(b))
+        };
+        sum.map(read_scalar).unwrap_or(0.0)
+    }
+
+    /// A fresh copy of a snapshot, to restore it and keep it.
+    fn snapshot_of(&self, saved: &[Saved]) -> Vec<Saved> {
+        saved
+            .iter()
+            .map(|s| match s {
+                Saved::Rank4(t) => Saved::Rank4(t.clone().mul_scalar(1.0)),
+                Saved::Rank1(t) => Saved::Rank1(t.clone().mul_scalar(1.0)),
+            })
+            .collect()
+    }
+
     /// Writes `saved` back into the same buffers, in place.
     fn restore(&self, saved: Vec<Saved>) {
         let Some(tail) = &self.tail else { return };
         let mut saved = saved.into_iter();
         let mut load = |t: TensorMut<'_>| match (t, saved.next()) {
-            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => write_in_place(t, v),
-            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => write_in_place(t, v),
+            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => write_into(t, v),
+            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => write_into(t, v),
             _ => unreachable!("restored in the order saved"),
         };
         self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
@@ -205,7 +238,12 @@ impl SegmentOps<'_> {
 }
 
 fn total(out: &SegmentOut) -> f64 {
-    out.terms.total.clone().into_data().convert::<f64>().try_to_vec::<f64>().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
+    read_scalar(out.terms.total.clone())
+}
+
+/// The first value of `t` on the host (NaN if it cannot be read).
+fn read_scalar(t: Tensor<1>) -> f64 {
+    t.into_data().convert::<f64>().try_to_vec::<f64>().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
 }
 
 impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
@@ -239,16 +277,24 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
         } else if !g.is_hardware() && !self.allow_software {
             Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string())
         } else {
-            // Check the graph against eager on this batch once: the loss (computed before any
-            // update of the step) of an eager forward + loss + backward, then of a replay.
-            let no_tail = SegmentSpec { tail: None, ..self.spec.clone() };
-            let eager = total(&no_tail.run(self.images.clone(), self.targets.clone()));
+            // Check the graph against eager on this batch once, from the same state: the loss
+            // (computed before any update) and what the step produces, of an eager run and then
+            // of a replay: the gradients, or for a whole step how far it moved the parameters.
+            let before = self.spec.snapshot();
+            let out = self.spec.run(self.images.clone(), self.targets.clone());
+            let eager = (total(&out), self.spec.signature(&out, &before));
+            drop(out);
+            self.spec.restore(self.spec.snapshot_of(&before));
             self.replay(&mut g).and_then(|out| {
-                let replayed = total(&out);
-                if (eager - replayed).abs() <= 1e-3 * eager.abs().max(1e-6) {
-                    Ok(())
+                let replayed = (total(&out), self.spec.signature(&out, &before));
+                let close = |a: f64, b: f64, tol: f64| (a - b).abs() <= tol * a.abs().max(1e-12);
+                if !close(eager.0, replayed.0, 1e-3) {
+                    Err(format!("the replayed loss {} differs from eager {} on the capture batch", replayed.0, eager.0))
+                } else if !close(eager.1, replayed.1, 1e-2) {
+                    let what = if self.spec.tail.is_some() { "parameter update" } else { "gradient" };
+                    Err(format!("the replayed {what} (sum of squares {:.6e}) differs from eager ({:.6e}) on the capture batch", replayed.1, eager.1))
                 } else {
-                    Err(format!("the replayed loss {replayed} differs from eager {eager} on the capture batch"))
+                    Ok(())
                 }
             })
         };

@@ -19,7 +19,7 @@ use libreyolo_stages::loss::LossTerms;
 
 use super::segment::{SegmentOut, SegmentSpec};
 use super::step::{forward, loss};
-use crate::capture::{fresh_copy, write_in_place};
+use crate::capture::{fresh_copy, write_into};
 
 /// The maps of a forward as one list: the main head's, then the auxiliary head's.
 fn all_maps(maps: &HeadMaps) -> Vec<Tensor<4>> {
@@ -131,7 +131,7 @@ impl TwoGraphs {
             if !stable.can_mut() {
                 return Err("an upstream-gradient buffer is shared, so an in-place write would not reach the graph".into());
             }
-            write_in_place(stable, new);
+            write_into(stable, new);
         }
         unsafe { Dispatch::graph_replay(d, &self.backward) }.map_err(failed("replaying the backward graph"))?;
         Ok(SegmentOut { terms, grads: self.grads.clone(), stats: self.stats.clone() })

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use burn::tensor::Tensor;
+use libreyolo_families::params::update_in_place;
 use libreyolo_families::{ParamId, ParamStore};
 
 use super::{Optimizer, Scalars, decay_for, trainable, update_param, zeros_for};
@@ -40,8 +41,9 @@ impl Optimizer for AdamW {
         for (id, g) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
             let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
-            m.inplace(|m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
-            v.inplace(|v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
+            let stable = store.stable_buffers();
+            update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
+            update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
             let step = m.clone().div(s.bias1.clone()).div(v.clone().div(s.bias2.clone()).sqrt().add_scalar(eps)).mul(s.lr.clone());
             let keep = s.lr.clone().mul_scalar(-wd).add_scalar(1.0);
             update_param(store, id, |p| p.mul(keep).sub(step));

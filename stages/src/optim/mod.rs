@@ -6,6 +6,7 @@ pub mod adamw;
 pub mod sgd;
 
 use burn::tensor::{Device, Tensor, TensorData};
+use libreyolo_families::params::update_in_place;
 use libreyolo_families::{ParamId, ParamStore, Role, Value};
 
 pub use adamw::AdamW;
@@ -16,14 +17,16 @@ pub fn decay_for(role: Role, weight_decay: f64) -> f64 {
     if role == Role::Weight { weight_decay } else { 0.0 }
 }
 
-/// Writes `update(p)` into the parameter `id` in place (same shape).
+/// Writes `update(p)` into the parameter `id` in place (same shape; see
+/// [`update_in_place`] for when the buffer is guaranteed to stay).
 pub(crate) fn update_param(store: &mut ParamStore, id: ParamId, update: impl FnOnce(Tensor<1>) -> Tensor<1>) {
+    let stable = store.stable_buffers();
     match &mut store.entry_mut(id).value {
         Value::Rank4(t) => {
             let dims = t.dims();
-            t.inplace(|p| update(p.reshape([dims.iter().product::<usize>()])).reshape(dims));
+            update_in_place(t, stable, |p| update(p.reshape([dims.iter().product::<usize>()])).reshape(dims));
         }
-        Value::Rank1(t) => t.inplace(update),
+        Value::Rank1(t) => update_in_place(t, stable, update),
         Value::Count(_) => {}
     }
 }
@@ -71,7 +74,7 @@ pub fn device_scalar(value: f64, device: &Device) -> Tensor<1> {
 /// Writes `value` into the `[1]` tensor `t`, in place (its buffer stays the one a graph reads).
 pub fn write_scalar(t: &mut Tensor<1>, value: f64) {
     let new = device_scalar(value, &t.device());
-    t.inplace(|t| t.slice_assign([0..1], new));
+    libreyolo_families::params::write_into(t, new);
 }
 
 /// A step over the gradients of one backward pass. The device work (`step`) is separate from
