@@ -112,6 +112,10 @@ fn the_loader_is_deterministic_whatever_the_worker_count() {
     assert_eq!(a1.images, a2.images);
     assert_eq!(a1.targets, a2.targets);
     assert_eq!(b1.indices, b2.indices);
+    // 8 workers make 4 batches of 4 at a time (the loader's groups): the same batches.
+    let (a8, b8) = first(8, 7);
+    assert_eq!((&a1.images, &a1.targets), (&a8.images, &a8.targets));
+    assert_eq!((&b1.images, &b1.targets, &b1.indices), (&b8.images, &b8.targets, &b8.indices));
     let (c, _) = first(2, 8);
     assert_ne!(a1.images, c.images, "another seed gives other batches");
     assert_eq!(a1.images.len(), 4 * 3 * 256 * 256);

@@ -109,26 +109,40 @@ impl Loader {
         let (tx, rx) = sync_channel(self.cfg.prefetch.max(1));
         let order = self.order(epoch);
         let batches = self.batches_per_epoch();
+        let group = self.group();
         let (dataset, cfg, pool) = (self.dataset.clone(), self.cfg.clone(), self.pool.clone());
         std::thread::Builder::new()
             .name("loader".into())
             .spawn(move || {
-                for b in 0..batches {
-                    let positions: Vec<usize> = (b * cfg.batch..((b + 1) * cfg.batch).min(order.len())).collect();
-                    let batch = pool.install(|| make_batch(&dataset, &cfg, epoch, &positions, &order));
-                    if tx.send(batch).is_err() {
-                        return; // the consumer stopped
+                for first in (0..batches).step_by(group) {
+                    let spans: Vec<Vec<usize>> = (first..(first + group).min(batches))
+                        .map(|b| (b * cfg.batch..((b + 1) * cfg.batch).min(order.len())).collect())
+                        .collect();
+                    for batch in pool.install(|| make_batches(&dataset, &cfg, epoch, &spans, &order)) {
+                        if tx.send(batch).is_err() {
+                            return; // the consumer stopped
+                        }
                     }
                 }
             })
             .expect("spawn the loader thread");
         rx
     }
+
+    /// Batches made together, their samples in one parallel pass: enough for two samples per
+    /// worker. One batch at a time left many workers idle behind each batch's slowest mosaic
+    /// (16 workers made 950 images/s on the H200 machine where one made 139).
+    fn group(&self) -> usize {
+        (2 * self.cfg.workers.max(1)).div_ceil(self.cfg.batch.max(1)).clamp(1, 8)
+    }
 }
 
-fn make_batch(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, positions: &[usize], order: &[usize]) -> Batch {
+/// The batches whose sample positions are `spans`, in order. Each sample is seeded by its
+/// position, so the batches do not depend on how they are grouped.
+fn make_batches(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, spans: &[Vec<usize>], order: &[usize]) -> Vec<Batch> {
     let (h, w) = (cfg.height, cfg.width);
-    let samples: Vec<Sample> = positions
+    let positions: Vec<usize> = spans.iter().flatten().copied().collect();
+    let mut samples: Vec<Sample> = positions
         .par_iter()
         .map(|&pos| {
             let index = order[pos];
@@ -145,7 +159,13 @@ fn make_batch(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, positions: &[usize],
             }
         })
         .collect();
-    assemble(&samples, h, w, cfg.max_labels)
+    let mut out = Vec::with_capacity(spans.len());
+    for span in spans {
+        let rest = samples.split_off(span.len());
+        out.push(assemble(&samples, h, w, cfg.max_labels));
+        samples = rest;
+    }
+    out
 }
 
 /// HWC samples into one CHW batch plus padded targets.
