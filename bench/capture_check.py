@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Captured training steps against eager: same seed, same batches, compare what they produce.
+
+    python3 bench/capture_check.py BIN OUT [KEY=VALUE ...]
+
+Trains one epoch of manifests/yolo9t.toml (validation off) eager, with LibreYOLO's two graphs
+(`cuda_graph=true`) and with the whole step captured, with the same settings (KEY=VALUE, e.g.
+`device=0 batch=16 data=... cache=ram precision.dtype=bf16`). COCO128 at batch 16 is 8 steps:
+steps 1-2 eager, the 3rd captures, 3-8 replay (six graphed steps). Then compares each captured
+run with eager: the epoch's loss terms (results.csv) and every tensor of weights/last.safetensors
+(weights, EMA, optimizer state), as max |a - b| and max |a - b| / max |a| per tensor. Prints a
+table and writes OUT/capture_check.json. Needs numpy only (safetensors read by hand).
+
+On the CPU add `LIBREYOLO_CAPTURE_SOFTWARE=1` to the environment (burn's software graphs).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODES = {
+    "eager": [],
+    "two_graphs": ["cuda_graph=true"],
+    "whole_step": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
+}
+DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def read_safetensors(path):
+    """name -> float64 array (bf16 widened by hand)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        raw = data[start:end]
+        if info["dtype"] == "BF16":
+            a = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, DTYPES[info["dtype"]])
+        out[name] = a.astype(np.float64)
+    return out
+
+
+def losses(run_dir):
+    lines = open(os.path.join(run_dir, "results.csv")).read().splitlines()
+    head, row = lines[0].split(","), lines[1].split(",")
+    return {k: float(v) for k, v in zip(head, row) if "loss" in k}
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    binary, out, settings = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3:]
+    os.makedirs(out, exist_ok=True)
+    logs = {}
+    for mode, extra in MODES.items():
+        cmd = [binary, "manifests/yolo9t.toml", "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
+        run = subprocess.run(cmd + settings + extra, cwd=ROOT, capture_output=True, text=True)
+        logs[mode] = [l[l.index("cuda_graph"):] for l in run.stderr.splitlines() if "cuda_graph" in l]
+        if run.returncode != 0:
+            sys.exit(f"{mode} failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    eager = read_safetensors(os.path.join(out, "eager", "weights", "last.safetensors"))
+    eager_loss = losses(os.path.join(out, "eager"))
+    report = {"settings": settings, "eager_losses": eager_loss, "modes": {}}
+    print("| mode | capture log | loss terms max rel diff | tensors equal | max abs diff | max rel diff (tensor) |")
+    print("|---|---|---:|---:|---:|---|")
+    for mode in list(MODES)[1:]:
+        other = read_safetensors(os.path.join(out, mode, "weights", "last.safetensors"))
+        loss = losses(os.path.join(out, mode))
+        loss_rel = max(abs(loss[k] - v) / max(abs(v), 1e-12) for k, v in eager_loss.items())
+        worst_abs, worst_rel, worst_name, equal = 0.0, 0.0, "", 0
+        for name, a in eager.items():
+            b = other[name]
+            d = np.abs(a - b).max() if a.size else 0.0
+            rel = d / max(np.abs(a).max(), 1e-12) if a.size else 0.0
+            equal += int(d == 0.0)
+            worst_abs = max(worst_abs, d)
+            if rel > worst_rel:
+                worst_rel, worst_name = rel, name
+        report["modes"][mode] = {
+            "capture_log": logs[mode],
+            "losses": loss,
+            "loss_max_rel_diff": loss_rel,
+            "tensors": len(eager),
+            "tensors_equal": equal,
+            "max_abs_diff": worst_abs,
+            "max_rel_diff": worst_rel,
+            "max_rel_tensor": worst_name,
+        }
+        log = "; ".join(logs[mode]) or "(no capture line)"
+        print(f"| {mode} | {log[:80]} | {loss_rel:.2e} | {equal}/{len(eager)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
+    with open(os.path.join(out, "capture_check.json"), "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
