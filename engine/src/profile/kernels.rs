@@ -55,6 +55,12 @@ impl KernelRecorder {
         Self { observer, _installed: installed }
     }
 
+    /// Which observer this is (tests).
+    #[cfg(test)]
+    pub(super) fn observer_id(&self) -> usize {
+        Arc::as_ptr(&self.observer) as usize
+    }
+
     /// Attributes the following launches to `phase` of `step`.
     pub fn enter(&self, phase: &str, step: usize) {
         let mut cx = self.observer.context.lock().expect("profiler context");

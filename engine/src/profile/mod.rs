@@ -103,7 +103,10 @@ impl Profiler {
         }
         if i == self.active / 2 {
             self.pages_per_step = self.pages_at_real_start.zip(pool_pages(&self.device)).map(|(a, b)| b.saturating_sub(a) as f64 / (self.active / 2).max(1) as f64);
-            if self.observe_kernels {
+            // Once: a fetch that finds the epoch over begins this step again, and a second
+            // recorder would uninstall the process-wide observer when it replaced the first
+            // (every batch-16 COCO128 profile on the H200 had an empty kernel view).
+            if self.observe_kernels && self.kernels.is_none() {
                 let _ = self.device.sync();
                 self.kernels = Some(KernelRecorder::start());
             }
@@ -292,5 +295,21 @@ mod tests {
         assert!(m.steps.iter().all(|s| s.phases.iter().map(|p| p.phase.as_str()).eq(["data", "forward"])));
         assert_eq!((profile.window.real_steps, profile.window.synced_steps, profile.window.warmup), (2, 2, 2));
         assert!(profile.kernel_timing.is_none());
+    }
+
+    /// An epoch that ends at the fetch of the first synced step begins that step twice: the
+    /// kernel recorder started for it is kept, not replaced.
+    #[test]
+    fn the_kernel_recorder_survives_an_epoch_boundary_at_the_synced_half() {
+        let mut p = Profiler::new(Device::flex(), Meta { batch: 4, ..Default::default() }, 1, 4, true);
+        for _ in 0..3 {
+            p.begin_step();
+            p.end_step();
+        }
+        p.begin_step(); // measured step 2 of 4: the synced half starts, the recorder with it
+        let first = p.kernels.as_ref().expect("recording from the synced half").observer_id();
+        p.abandon_step();
+        p.begin_step();
+        assert_eq!(p.kernels.as_ref().unwrap().observer_id(), first, "the recorder was replaced");
     }
 }
