@@ -86,7 +86,7 @@ impl SegmentSpec {
     /// forward -> loss -> backward on `images` and `targets`.
     pub fn run(&self, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
         if self.split {
-            return super::two_graphs::run_split(self, images, targets);
+            return super::two_graphs::run_split(self, images, targets, false);
         }
         let params = self.params.borrow();
         let (cx, maps) = forward(&self.network, &params, &self.forward, images);
@@ -158,24 +158,13 @@ impl SegmentSpec {
         sum.map(read_scalar).unwrap_or(0.0)
     }
 
-    /// A fresh copy of a snapshot, to restore it and keep it.
-    fn snapshot_of(&self, saved: &[Saved]) -> Vec<Saved> {
-        saved
-            .iter()
-            .map(|s| match s {
-                Saved::Rank4(t) => Saved::Rank4(t.clone().mul_scalar(1.0)),
-                Saved::Rank1(t) => Saved::Rank1(t.clone().mul_scalar(1.0)),
-            })
-            .collect()
-    }
-
-    /// Writes `saved` back into the same buffers, in place.
-    fn restore(&self, saved: Vec<Saved>) {
+    /// Copies `saved` back into the same buffers, in place (`saved` stays as it is).
+    fn restore(&self, saved: &[Saved]) {
         let Some(tail) = &self.tail else { return };
-        let mut saved = saved.into_iter();
+        let mut saved = saved.iter();
         let mut load = |t: TensorMut<'_>| match (t, saved.next()) {
-            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => write_into(t, v),
-            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => write_into(t, v),
+            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => write_into(t, v.clone()),
+            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => write_into(t, v.clone()),
             _ => unreachable!("restored in the order saved"),
         };
         self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
@@ -240,7 +229,7 @@ impl SegmentOps<'_> {
             let out = ops.spec.run(ops.images.clone(), ops.targets.clone());
             let figures = (total(&out), ops.spec.signature(&out, &before));
             drop(out);
-            ops.spec.restore(ops.spec.snapshot_of(&before));
+            ops.spec.restore(&before);
             figures
         };
         let (eager, again) = (eager_run(self), eager_run(self));
@@ -319,7 +308,7 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
             self.check_against_eager(&mut g)
         };
         let _ = self.device.sync();
-        self.spec.restore(saved);
+        self.spec.restore(&saved);
         checked.map(|()| g)
     }
 

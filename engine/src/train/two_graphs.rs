@@ -51,16 +51,22 @@ fn backward_from(maps: &HeadMaps, upstream: &[Tensor<4>], cx: &Ctx) -> Vec<(Para
     cx.gradients(&total.backward())
 }
 
-/// The three parts eagerly: forward, loss, backward, with the device drained between them as
-/// the graph windows drain it, so the lazy fusion backend builds the same fused kernels in the
-/// warm-up as in the windows (a kernel first built or autotuned inside a window fails it).
-pub fn run_split(spec: &SegmentSpec, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
+/// The three parts eagerly: forward, loss, backward. With `drain` (the capture's warm-up) the
+/// device is drained between them as the graph windows drain it, so the lazy fusion backend
+/// builds the same fused kernels in the warm-up as in the windows (a kernel first built or
+/// autotuned inside a window fails it).
+pub fn run_split(spec: &SegmentSpec, images: Tensor<4>, targets: Tensor<3>, drain: bool) -> SegmentOut {
     let device = images.device();
+    let drained = || {
+        if drain {
+            let _ = device.sync();
+        }
+    };
     let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images);
     let stats = cx.take_batch_stats();
-    let _ = device.sync();
+    drained();
     let (terms, upstream) = loss_and_upstream(spec, &maps, targets);
-    let _ = device.sync();
+    drained();
     let grads = backward_from(&maps, &upstream, &cx);
     SegmentOut { terms, grads, stats }
 }
@@ -88,7 +94,7 @@ fn failed(what: &str) -> impl Fn(burn::backend::ExecutionError) -> String + '_ {
 pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets: &Tensor<3>) -> Result<Option<TwoGraphs>, String> {
     let d = device.as_dispatch();
     let eager_step = || {
-        let out = run_split(spec, images.clone(), targets.clone());
+        let out = run_split(spec, images.clone(), targets.clone(), true);
         let _ = device.sync();
         drop(out);
     };

@@ -5,7 +5,7 @@
 //! (`ParamStore::apply_batch_stats`). Burn's own BatchNorm replaces its running tensors every
 //! step, which a captured graph cannot follow.
 
-use burn::tensor::{DType, FloatDType, Tensor};
+use burn::tensor::{FloatDType, Tensor};
 
 use crate::ctx::{BatchStats, Ctx};
 use crate::params::{Builder, ParamId, Role};
@@ -52,7 +52,7 @@ impl BatchNorm {
         // dtype, then y = x * scale + shift per channel: forward and backward each read the
         // activation a few times instead of a dozen (BatchNorm was most of the H200's step).
         let dtype = x.dtype();
-        let xf = if dtype == DType::F32 { x.clone() } else { x.clone().cast(FloatDType::F32) };
+        let xf = x.clone().cast(FloatDType::F32); // no-op in f32
         let mean = xf.clone().mean_dims(&[0, 2, 3]);
         let var = xf.square().mean_dims(&[0, 2, 3]).sub(mean.clone().square()).clamp_min(0.0);
         let scale = weight.cast(FloatDType::F32).div(var.clone().add_scalar(EPS).sqrt());

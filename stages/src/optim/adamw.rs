@@ -38,10 +38,10 @@ impl Optimizer for AdamW {
 
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         let (b2, eps) = (self.beta2, self.eps);
+        let stable = store.stable_buffers();
         for (id, g) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
             let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
-            let stable = store.stable_buffers();
             update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
             update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
             let step = m.clone().div(s.bias1.clone()).div(v.clone().div(s.bias2.clone()).sqrt().add_scalar(eps)).mul(s.lr.clone());
