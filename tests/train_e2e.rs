@@ -53,6 +53,18 @@ fn a_short_run_learns_and_writes_every_artifact() {
     let total = |r: &Vec<String>| r[1].parse::<f64>().unwrap() + r[2].parse::<f64>().unwrap() + r[3].parse::<f64>().unwrap();
     eprintln!("losses per epoch: {:?}", rows.iter().map(total).collect::<Vec<_>>());
     assert!(total(&rows[2]) < total(&rows[0]), "the loss does not decrease: {rows:?}");
+    // steps.csv: one row per step of every epoch, whose mean is the epoch's loss.
+    let steps: Vec<Vec<f64>> = std::fs::read_to_string(run.join("steps.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    let per_epoch = steps.len() / 3;
+    assert!(per_epoch > 0 && steps.len() == 3 * per_epoch, "{} step rows", steps.len());
+    let first: Vec<&Vec<f64>> = steps.iter().filter(|r| r[0] == 0.0).collect();
+    let mean_box = first.iter().map(|r| r[3]).sum::<f64>() / first.len() as f64;
+    assert!((mean_box - rows[0][1].parse::<f64>().unwrap()).abs() < 1e-4, "steps.csv box mean {mean_box} vs results.csv {:?}", rows[0]);
     // Validation ran every epoch and produced the 12 COCO numbers.
     assert!(rows.iter().all(|r| r.len() == 19 && !r[7].is_empty()), "{rows:?}");
     // The checkpoint carries the training state and can seed `model.weights`.

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use burn::tensor::{DType, FloatDType, Gradients, Tensor};
+use burn::tensor::{DType, Device, FloatDType, Gradients, Tensor};
 
 use crate::params::{ParamId, ParamStore, Value};
 
@@ -84,6 +84,10 @@ pub struct Ctx {
     dtype: Option<FloatDType>,
     /// Folded convolutions, in an inference context ([`eval_fused`](Self::eval_fused)).
     fused: Option<RefCell<Fused>>,
+    /// The devices of a data-parallel training run whose BatchNorm statistics are shared
+    /// (SyncBatchNorm): every device runs the same forward, and each BatchNorm all-reduces its
+    /// sums over them.
+    sync_group: Option<Vec<Device>>,
 }
 
 impl Ctx {
@@ -149,7 +153,20 @@ impl Ctx {
                 Live::None => Live::None,
             })
             .collect();
-        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None }
+        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None }
+    }
+
+    /// BatchNorm statistics over the whole batch of all `devices` (SyncBatchNorm): each
+    /// BatchNorm's per-channel sums are all-reduced (NCCL) in the forward, and their gradients
+    /// in the backward. One device (or none) is plain BatchNorm.
+    pub fn synced_over(mut self, devices: Vec<Device>) -> Self {
+        self.sync_group = (devices.len() > 1).then_some(devices);
+        self
+    }
+
+    /// The devices BatchNorm statistics are shared over, when synced.
+    pub fn sync_group(&self) -> Option<&[Device]> {
+        self.sync_group.as_deref()
     }
 
     /// Records the forward's operations (see [`take_trace`](Self::take_trace)).

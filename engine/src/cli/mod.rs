@@ -136,7 +136,6 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         if let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), device.ids.len()) {
             tracing::warn!("{w}");
         }
-        tracing::warn!("device={} asks for {} GPUs; multi-GPU training is not implemented yet, training on cuda:{}", loaded.manifest.run.device, device.ids.len(), device.ids[0]);
     }
     let summary = crate::train::train(&loaded, &dag, &device)?;
     match &summary.last {

@@ -37,7 +37,7 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
     if resolved.backend != crate::device::Backend::Cuda && !software {
         Err("device is not CUDA".to_string())
     } else if resolved.ids.len() > 1 {
-        Err("distributed training is not supported yet".to_string())
+        Err(format!("training on {} GPUs runs eager (LibreYOLO disables cuda_graph under DDP too)", resolved.ids.len()))
     } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || two_graphs(&captured) || whole_step(&captured)) {
         let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
         Err(format!(

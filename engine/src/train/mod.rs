@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod plots;
 pub mod precision;
 pub mod progress;
+pub mod replica;
 pub mod run_dir;
 pub mod segment;
 pub mod step;
@@ -36,7 +37,8 @@ use crate::capture::forward::{Forward, ForwardFn, ForwardGraph};
 use crate::profile::{self, Profiler};
 use checkpoint::TrainState;
 use precision::{LossScale, Precision};
-use run_dir::{EpochRecord, RunDir};
+use replica::Replica;
+use run_dir::{EpochRecord, RunDir, StepRecord};
 
 /// The network and its parameters. Shared (`Rc`) so that a captured segment's graph can
 /// borrow them across replays while the optimizer updates the parameters in place.
@@ -91,6 +93,8 @@ pub struct Trainer<'a> {
     fixed_batch: Option<libreyolo_stages::data::Batch>,
     /// The capture manager of the forward + loss + backward segment, when it is captured.
     graphs: Option<crate::capture::CaptureManager<segment::SegmentGraph>>,
+    /// This trainer's place in a data-parallel run (alone: rank 0 of 1).
+    replica: Replica,
 }
 
 struct ProfileOut {
@@ -118,7 +122,15 @@ fn round_half_even(x: f64) -> usize {
     (if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 { r - x.signum() } else { r }) as usize
 }
 
-/// Trains `loaded` on `resolved` (the first device).
+/// The dataset of a run, opened once and shared by its replicas.
+struct Datasets {
+    cfg: libreyolo_stages::data::DatasetConfig,
+    train: std::sync::Arc<libreyolo_stages::data::Dataset>,
+    val: Option<std::sync::Arc<libreyolo_stages::data::Dataset>>,
+}
+
+/// Trains `loaded` on `resolved`: on its one device, or data-parallel on several (one thread
+/// and replica per GPU, gradients averaged through NCCL; see [`replica`]).
 pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> anyhow::Result<TrainSummary> {
     let m = &loaded.manifest;
     crate::kernel_cache::configure();
@@ -128,14 +140,28 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         }
         eprintln!("\ninterrupt: finishing this step, saving weights/last, then stopping (Ctrl-C again to abort)");
     });
-    let device = resolved.devices().remove(0);
-    let precision = Precision::new(m, resolved.backend, &device)?;
-
     let cfg = data::config(loaded).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
     if nc != cfg.nc() {
         anyhow::bail!("model.nc = {nc} but the dataset `{}` has {} classes", cfg.yaml.display(), cfg.nc());
     }
+    let train = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
+    let val = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
+    let datasets = Datasets { cfg, train, val };
+    let replicas = Replica::group(resolved.devices());
+    replica::run(replicas, replica::FAILURE_GRACE, |r| train_replica(loaded, dag, resolved, &datasets, r))
+}
+
+/// One replica's training: all of it alone, its shard of every batch (and, on rank 0, every
+/// side effect) in a data-parallel run.
+fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, datasets: &Datasets, replica: Replica) -> anyhow::Result<TrainSummary> {
+    let m = &loaded.manifest;
+    let main = replica.is_main();
+    let world = replica.world();
+    let device = replica.device().clone();
+    let precision = Precision::new(m, resolved.backend, &device)?;
+    let cfg = &datasets.cfg;
+    let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
     let with_aux = m.model.aux_weight > 0.0;
     let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     if let Some(w) = &m.model.weights {
@@ -143,16 +169,26 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     }
     params.to_device(&device);
 
-    let train_ds = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
-    let val_ds = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
+    let train_ds = datasets.train.clone();
     let batch = resolve_batch(m.run.batch, resolved)?;
-    let mut run = RunDir::create(&m.run.project, &m.run.name, m.run.exist_ok, m.run.resume)?;
-    run.write_manifest(&loaded.source.text)?;
+    let rank_batch = crate::distributed::per_rank_batch(batch, world).map_err(anyhow::Error::msg)?;
+    // Rank 0 owns the run directory; the others only learn where it is (to resume from it).
+    let mut run = if main {
+        let run = RunDir::create(&m.run.project, &m.run.name, m.run.exist_ok, m.run.resume)?;
+        run.write_manifest(&loaded.source.text)?;
+        replica.publish_run_dir(&run.path);
+        Some(run)
+    } else {
+        None
+    };
+    replica.barrier();
+    let run_path = replica.run_dir().map(|p| p.to_path_buf()).ok_or_else(|| anyhow::anyhow!("rank 0 did not create the run directory"))?;
 
     let aug = data::augment(loaded);
-    let loader = data::loader(loaded, train_ds.clone(), batch, Some(aug), (0, 1));
-    let loader_no_mosaic = data::loader(loaded, train_ds.clone(), batch, Some(aug.without_mosaic()), (0, 1));
-    let val_loader = val_ds.map(|ds| data::loader(loaded, ds, batch, None, (0, 1)));
+    let loader = data::loader(loaded, train_ds.clone(), rank_batch, Some(aug), replica.shard());
+    let loader_no_mosaic = data::loader(loaded, train_ds.clone(), rank_batch, Some(aug.without_mosaic()), replica.shard());
+    let val_loader = datasets.val.clone().filter(|_| main).map(|ds| data::loader(loaded, ds, batch, None, (0, 1)));
+    // LibreYOLO's accumulation counts the global batch.
     let accumulate = accumulation(m.optim.nbs, batch);
     let iters_per_epoch = loader.batches_per_epoch().div_ceil(accumulate).max(1);
 
@@ -206,8 +242,14 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         profile_out: None,
         graphs: None,
         fixed_batch: None,
+        replica: replica.clone(),
     };
-    if m.capture.enabled
+    if m.capture.enabled && world > 1 {
+        // LibreYOLO disables cuda_graph under DDP too; NCCL collectives inside a graph are untested.
+        if main {
+            tracing::warn!("cuda_graph: capture is not available with {world} GPUs yet; training eager");
+        }
+    } else if m.capture.enabled
         && let Some((graphs, kind)) = capture_plan::capture_manager(loaded, dag, resolved)
     {
         trainer.graphs = Some(graphs);
@@ -227,9 +269,12 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         ..Default::default()
     };
     if m.run.resume {
-        state = trainer.resume(&run)?;
-        run.log(&format!("resumed at epoch {} (iteration {})", state.next_epoch, state.iteration));
-        eprintln!("resuming {} at epoch {}", run.path.display(), state.next_epoch + 1);
+        // Every replica reads the same checkpoint.
+        state = trainer.resume(&run_path)?;
+        if let Some(run) = run.as_mut() {
+            run.log(&format!("resumed at epoch {} (iteration {})", state.next_epoch, state.iteration));
+            eprintln!("resuming {} at epoch {}", run.path.display(), state.next_epoch + 1);
+        }
     }
 
     // Every step, the first included, runs the same optimizer operations on the same buffers.
@@ -239,18 +284,30 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     let epochs = m.run.epochs as usize;
     let no_aug_start = epochs.saturating_sub(m.augment.no_aug_epochs as usize);
     let header = format!(
-        "training {} ({} parameters) on {} for {epochs} epochs: {} images, batch {batch}{}, {} steps/epoch, {}",
+        "training {} ({} parameters) on {} for {epochs} epochs: {} images, batch {batch}{}{}, {} steps/epoch, {}",
         m.model.size,
         trainer.model.params.borrow().num_parameters(),
         resolved.describe(),
         train_ds.len(),
+        if world > 1 {
+            format!(" ({rank_batch} per GPU, BatchNorm {})", if m.run.sync_bn { "synced (SyncBatchNorm)" } else { "per GPU" })
+        } else {
+            String::new()
+        },
         if accumulate > 1 { format!(" x {accumulate} accumulated") } else { String::new() },
         loader.batches_per_epoch(),
         trainer.precision.describe()
     );
-    eprintln!("{header}\nrun directory: {}", run.path.display());
-    run.log(&header);
-    if m.profile.enabled {
+    if let Some(run) = run.as_mut() {
+        eprintln!("{header}\nrun directory: {}", run.path.display());
+        run.log(&header);
+    }
+    if m.profile.enabled && world > 1 {
+        // As LibreYOLO: the profiler measures one process on one GPU.
+        if main {
+            tracing::warn!("profile: the profiler is not available with {world} GPUs; training without it");
+        }
+    } else if m.profile.enabled {
         let meta = profile::analysis::Meta {
             model: format!("{}-{}", m.model.family, m.model.size),
             device: resolved.describe(),
@@ -263,7 +320,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         };
         let observe = resolved.backend == crate::device::Backend::Cuda;
         trainer.profiler = Some(Profiler::new(device.clone(), meta, m.profile.warmup as usize, m.profile.steps as usize, observe));
-        trainer.profile_out = Some(ProfileOut { dir: run.path.clone(), trace: m.profile.trace, then_stop: m.profile.then_stop });
+        trainer.profile_out = Some(ProfileOut { dir: run_path.clone(), trace: m.profile.trace, then_stop: m.profile.then_stop });
         eprintln!("profiling: {} warm-up steps, then {} measured (half unsynced, half synced per phase)", m.profile.warmup, m.profile.steps.max(2));
     }
 
@@ -277,13 +334,20 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         let mosaic = epoch < no_aug_start;
         let epoch_loader = if mosaic { &loader } else { &loader_no_mosaic };
         let started = Instant::now();
-        let (losses, images, end) = trainer.run_epoch(epoch_loader, epoch, epochs)?;
+        let (losses, images, end, steps) = trainer.run_epoch(epoch_loader, epoch, epochs)?;
+        if let Some(run) = run.as_ref() {
+            run.record_steps(epoch, &steps)?;
+        }
+        if trainer.replica.peer_failed() {
+            return Err(replica::PeerFailed.into());
+        }
         if end == EpochEnd::ProfileOnly {
-            run.log("Profile-only run (profile.then_stop=true): the partial epoch is neither validated nor checkpointed");
+            if let Some(run) = run.as_mut() {
+                run.log("Profile-only run (profile.then_stop=true): the partial epoch is neither validated nor checkpointed");
+            }
             eprintln!("Profile-only run (profile.then_stop=true): stopping; the partial epoch is neither validated nor checkpointed");
             break;
         }
-        let stopped = end == EpochEnd::Interrupted;
         let seconds = started.elapsed().as_secs_f64();
         let mut record = EpochRecord {
             epoch,
@@ -291,18 +355,31 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
             dfl_loss: losses.dfl_loss,
             cls_loss: losses.cls_loss,
             lr: trainer.schedule.at(trainer.iteration).0,
-            images_per_s: images as f64 / seconds,
+            // Every replica trains on as many images.
+            images_per_s: (images * world) as f64 / seconds,
             seconds,
             map: None,
         };
-        if stopped {
-            // Interrupted mid-epoch: keep what was learnt, but this epoch is not complete.
+        if end == EpochEnd::Interrupted {
+            // Interrupted mid-epoch (every replica at the same step): keep what was learnt,
+            // but this epoch is not complete.
             state.next_epoch = epoch;
-            trainer.save(&run.weights("last"), &state)?;
-            run.log(&format!("interrupted in epoch {}; weights/last saved", epoch + 1));
+            if let Some(run) = run.as_mut() {
+                trainer.save(&run.weights("last"), &state)?;
+                run.log(&format!("interrupted in epoch {}; weights/last saved", epoch + 1));
+            }
             interrupted = true;
             break;
         }
+        state.next_epoch = epoch + 1;
+        state.iteration = trainer.iteration;
+        let Some(run) = run.as_mut() else {
+            // Rank 0 validates, saves and decides whether to go on; the others wait for it.
+            if replica.agree_stop_after_epoch(false) {
+                break;
+            }
+            continue;
+        };
         let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1) % m.val.eval_interval as usize == 0 || epoch + 1 == epochs);
         if validate_now && let Some(vl) = &val_loader {
             let t = Instant::now();
@@ -324,8 +401,6 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
             );
             record.map = Some(stats);
         }
-        state.next_epoch = epoch + 1;
-        state.iteration = trainer.iteration;
         if let Some(stats) = record.map {
             let fitness = stats[0].max(0.0);
             if state.best_fitness.is_none_or(|b| fitness > b) {
@@ -357,10 +432,10 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
         last = Some(record);
         if STOP.load(Ordering::SeqCst) {
             interrupted = true;
-            break;
         }
         // Early stopping: `patience` epochs since the best validated fitness (0: never).
-        if validated
+        if !interrupted
+            && validated
             && m.run.patience > 0
             && let Some(best) = state.best_epoch
             && epoch - best >= m.run.patience as usize
@@ -376,18 +451,24 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
             eprintln!("{line}");
             run.log(&line);
             stopped_early = true;
+        }
+        if replica.agree_stop_after_epoch(interrupted || stopped_early) {
             break;
         }
     }
-    Ok(TrainSummary { run_dir: run.path.clone(), epochs_run: state.next_epoch - first_epoch, last, best_fitness: state.best_fitness, interrupted, stopped_early })
+    Ok(TrainSummary { run_dir: run_path, epochs_run: state.next_epoch - first_epoch, last, best_fitness: state.best_fitness, interrupted, stopped_early })
 }
 
 impl Trainer<'_> {
     /// One epoch; returns the mean losses, images seen and how it ended.
-    fn run_epoch(&mut self, loader: &libreyolo_stages::data::Loader, epoch: usize, epochs: usize) -> anyhow::Result<(step::StepLosses, usize, EpochEnd)> {
+    fn run_epoch(&mut self, loader: &libreyolo_stages::data::Loader, epoch: usize, epochs: usize) -> anyhow::Result<(step::StepLosses, usize, EpochEnd, Vec<StepRecord>)> {
         let total = loader.batches_per_epoch();
         let bar = progress::epoch_bar(epoch, epochs, total);
+        if !self.replica.is_main() {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
         let (mut sum, mut n, mut images) = (step::StepLosses::default(), 0usize, 0usize);
+        let mut steps = vec![];
         let started = Instant::now();
         let batches = loader.epoch(epoch as u64);
         let mut i = 0;
@@ -422,13 +503,14 @@ impl Trainer<'_> {
                 if let Some(p) = self.profiler.as_mut() {
                     p.enter("readback");
                 }
-                let l = step::read_losses(loss);
+                let l = step::read_losses(loss, &self.replica);
                 if let Some(p) = self.profiler.as_mut() {
                     p.exit();
                 }
                 if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
                     anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, i + 1, l.box_loss, l.dfl_loss, l.cls_loss);
                 }
+                steps.push(StepRecord { iteration: self.iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr: self.schedule.at(self.iteration).0 });
                 sum.box_loss += l.box_loss;
                 sum.dfl_loss += l.dfl_loss;
                 sum.cls_loss += l.cls_loss;
@@ -448,16 +530,17 @@ impl Trainer<'_> {
             i += 1;
             if self.profiler.as_mut().map(|p| p.end_step()) == Some(profile::Progress::Done) && self.close_profile()? {
                 bar.abandon();
-                return Ok((sum, images, EpochEnd::ProfileOnly));
+                return Ok((sum, images, EpochEnd::ProfileOnly, steps));
             }
-            if STOP.load(Ordering::SeqCst) {
+            self.replica.step_done();
+            if self.replica.should_stop(i, STOP.load(Ordering::SeqCst)) {
                 bar.abandon();
-                return Ok((sum, images, EpochEnd::Interrupted));
+                return Ok((sum, images, EpochEnd::Interrupted, steps));
             }
         }
         bar.finish();
         let n = n.max(1) as f64;
-        Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, EpochEnd::Complete))
+        Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, EpochEnd::Complete, steps))
     }
 
     /// Validation's forward: the EMA weights (or the model's without EMA), read at call time, so
@@ -500,8 +583,9 @@ impl Trainer<'_> {
         checkpoint::save(path, &params, ema.as_ref().map(|e| &e.store), self.optim.borrow().state(&params), &state)
     }
 
-    fn resume(&mut self, run: &RunDir) -> anyhow::Result<TrainState> {
-        let path = run.weights("last");
+    /// Loads `run_dir`'s `weights/last` (model, EMA, optimizer, counters).
+    fn resume(&mut self, run_dir: &std::path::Path) -> anyhow::Result<TrainState> {
+        let path = run_dir::weights_in(run_dir, "last");
         let state = checkpoint::read_state(&path)?;
         checkpoint::load_weights(&mut self.model.params.borrow_mut(), &path, "train_model.")?;
         if let Some(ema) = self.ema.as_ref() {

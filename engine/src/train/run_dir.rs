@@ -28,6 +28,22 @@ pub struct EpochRecord {
     pub map: Option<[f64; 12]>,
 }
 
+/// One training step's figures (a row of `steps.csv`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepRecord {
+    /// Optimizer steps taken so far, this one included.
+    pub iteration: usize,
+    pub box_loss: f64,
+    pub dfl_loss: f64,
+    pub cls_loss: f64,
+    pub lr: f64,
+}
+
+/// The checkpoint `name` of the run directory `dir`.
+pub fn weights_in(dir: &Path, name: &str) -> PathBuf {
+    dir.join("weights").join(format!("{name}.safetensors"))
+}
+
 /// `dir/name`, or the first of `dir/name2`, `dir/name3`, ... that does not exist yet.
 pub fn numbered(dir: &Path, name: &str) -> PathBuf {
     let mut path = dir.join(name);
@@ -52,7 +68,7 @@ impl RunDir {
     }
 
     pub fn weights(&self, name: &str) -> PathBuf {
-        self.path.join("weights").join(format!("{name}.safetensors"))
+        weights_in(&self.path, name)
     }
 
     /// Appends a timestamped line to `train.log`.
@@ -87,6 +103,22 @@ impl RunDir {
         let mut j = OpenOptions::new().create(true).append(true).open(self.path.join("metrics.jsonl"))?;
         writeln!(j, "{}", serde_json::to_string(r)?)?;
         j.sync_all()?;
+        Ok(())
+    }
+
+    /// Appends the steps of an epoch to `steps.csv`: each optimizer step's loss terms (the whole
+    /// batch's, every GPU's together) and learning rate, for loss curves finer than an epoch.
+    pub fn record_steps(&self, epoch: usize, steps: &[StepRecord]) -> anyhow::Result<()> {
+        let path = self.path.join("steps.csv");
+        let new = !path.exists();
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        if new {
+            writeln!(f, "epoch,step,iteration,box_loss,dfl_loss,cls_loss,lr")?;
+        }
+        for (i, r) in steps.iter().enumerate() {
+            writeln!(f, "{epoch},{i},{},{:.6},{:.6},{:.6},{:.8}", r.iteration, r.box_loss, r.dfl_loss, r.cls_loss, r.lr)?;
+        }
+        f.sync_all()?;
         Ok(())
     }
 

@@ -91,7 +91,7 @@ impl SegmentSpec {
         let params = self.params.borrow();
         let (cx, maps) = forward(&self.network, &params, &self.forward, images);
         let strides = self.network.head().strides.clone();
-        let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets);
+        let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets, self.forward.group());
         let mut grads = backward(&terms.total, self.factor, &cx);
         let stats = cx.take_batch_stats();
         // The context holds a handle on every stored tensor. Dropped before the tail, so the
@@ -330,7 +330,12 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
 
 impl Trainer<'_> {
     pub(super) fn forward_spec(&self) -> ForwardSpec {
-        ForwardSpec { compute: self.precision.compute, with_aux: self.with_aux }
+        ForwardSpec {
+            compute: self.precision.compute,
+            with_aux: self.with_aux,
+            replicas: self.replica.devices.clone(),
+            sync_bn: self.loaded.manifest.run.sync_bn,
+        }
     }
 
     /// The captured segment through the capture manager (capture, replay or eager).

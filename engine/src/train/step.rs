@@ -48,6 +48,17 @@ pub fn upload(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
 pub struct ForwardSpec {
     pub compute: Option<FloatDType>,
     pub with_aux: bool,
+    /// Every replica's device in a data-parallel run (empty alone): the loss normaliser is
+    /// shared over them, and BatchNorm statistics too when `sync_bn`.
+    pub replicas: Vec<Device>,
+    pub sync_bn: bool,
+}
+
+impl ForwardSpec {
+    /// The replicas' devices, `None` alone.
+    pub fn group(&self) -> Option<&[Device]> {
+        (self.replicas.len() > 1).then_some(self.replicas.as_slice())
+    }
 }
 
 /// The network's training forward: the context (autodiff leaves, BatchNorm batch statistics)
@@ -57,16 +68,18 @@ pub fn forward(network: &Network, params: &ParamStore, spec: &ForwardSpec, image
         Some(d) => (Ctx::train_in(params, d), images.cast(d)),
         None => (Ctx::train(params), images),
     };
+    let cx = if spec.sync_bn { cx.synced_over(spec.replicas.clone()) } else { cx };
     let maps = network.forward(images, &cx, spec.with_aux);
     (cx, maps)
 }
 
 /// The loss of the main head plus `aux_weight` times the auxiliary head's, in f32.
-pub fn loss(loss: &Yolo9Loss, aux_weight: f64, strides: &[usize], maps: HeadMaps, targets: Tensor<3>) -> LossTerms {
+/// `group`: the replicas of a data-parallel run, which share the normaliser.
+pub fn loss(loss: &Yolo9Loss, aux_weight: f64, strides: &[usize], maps: HeadMaps, targets: Tensor<3>, group: Option<&[Device]>) -> LossTerms {
     let f32s = |m: Vec<Tensor<4>>| m.into_iter().map(|t| t.cast(FloatDType::F32)).collect::<Vec<_>>();
-    let mut terms = loss.compute(&f32s(maps.main), strides, targets.clone());
+    let mut terms = loss.compute_over(&f32s(maps.main), strides, targets.clone(), group);
     if let Some(aux) = maps.aux {
-        let a = loss.compute(&f32s(aux), strides, targets);
+        let a = loss.compute_over(&f32s(aux), strides, targets, group);
         terms.total = terms.total.add(a.total.mul_scalar(aux_weight));
         terms.box_loss = terms.box_loss.add(a.box_loss.mul_scalar(aux_weight));
         terms.dfl_loss = terms.dfl_loss.add(a.dfl_loss.mul_scalar(aux_weight));
@@ -175,7 +188,8 @@ impl Trainer<'_> {
                     let maps = v.maps.take().ok_or_else(|| anyhow::anyhow!("loss ran before network.forward"))?;
                     let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("loss ran before data"))?;
                     let strides = self.model.network.head().strides.clone();
-                    v.loss = Some(loss(&self.loss, self.aux_weight, &strides, maps, targets));
+                    let spec = self.forward_spec();
+                    v.loss = Some(loss(&self.loss, self.aux_weight, &strides, maps, targets, spec.group()));
                 }
                 "network.backward" => {
                     if self.graphs.is_some() {
@@ -185,6 +199,10 @@ impl Trainer<'_> {
                     let cx = v.ctx.take().ok_or_else(|| anyhow::anyhow!("network.backward without a forward"))?;
                     let mut grads = backward(&total, self.loss_factor(), &cx);
                     self.accumulate_grads(&mut grads);
+                    if last_micro {
+                        // DDP: every replica steps with the mean gradient of the whole batch.
+                        self.replica.average_gradients(&mut grads);
+                    }
                     v.grads = Some(grads);
                 }
                 "grad.clip" => {
@@ -262,9 +280,12 @@ pub fn clip_global_norm(grads: &mut [(ParamId, Tensor<1>)], max_norm: f64) {
     }
 }
 
-/// Reads the loss terms back (one sync).
-pub fn read_losses(terms: &LossTerms) -> StepLosses {
-    let v = Tensor::cat(vec![terms.box_loss.clone(), terms.dfl_loss.clone(), terms.cls_loss.clone()], 0)
+/// Reads the loss terms back (one sync); in a data-parallel run, their mean over the replicas
+/// (the whole batch's loss, as one GPU logs it).
+pub fn read_losses(terms: &LossTerms, replica: &super::replica::Replica) -> StepLosses {
+    let v = Tensor::cat(vec![terms.box_loss.clone(), terms.dfl_loss.clone(), terms.cls_loss.clone()], 0);
+    let v = replica
+        .mean(v.detach())
         .into_data()
         .convert::<f32>()
         .try_to_vec::<f32>()

@@ -32,7 +32,7 @@ fn loss_and_upstream(spec: &SegmentSpec, maps: &HeadMaps, targets: Tensor<3>) ->
     let leaf = |m: &Tensor<4>| m.clone().inner().autodiff().require_grad();
     let leaves = HeadMaps { main: maps.main.iter().map(leaf).collect(), aux: maps.aux.as_ref().map(|a| a.iter().map(leaf).collect()) };
     let strides = spec.network.head().strides.clone();
-    let terms = loss(&spec.loss, spec.aux_weight, &strides, leaves.clone(), targets);
+    let terms = loss(&spec.loss, spec.aux_weight, &strides, leaves.clone(), targets, spec.forward.group());
     let total = if spec.factor != 1.0 { terms.total.clone().mul_scalar(spec.factor) } else { terms.total.clone() };
     let grads = total.backward();
     let upstream = all_maps(&leaves).iter().map(|l| l.grad(&grads).expect("every head map reaches the loss").inner()).collect();

@@ -1,10 +1,11 @@
 //! BatchNorm2d with PyTorch's semantics, written so that a CUDA graph can replay it.
 //!
-//! Training normalises with the batch mean and biased variance over (N, H, W) and records the
-//! batch statistics; the running statistics are folded in afterwards, in place
+//! Training normalises with the batch mean and biased variance over (N, H, W) (over every
+//! device's batch under SyncBatchNorm, see [`Ctx::synced_over`]) and records the batch statistics; the running statistics are folded in afterwards, in place
 //! (`ParamStore::apply_batch_stats`). Burn's own BatchNorm replaces its running tensors every
 //! step, which a captured graph cannot follow.
 
+use burn::tensor::distributed::{ReduceOperation, all_reduce};
 use burn::tensor::{FloatDType, Tensor};
 
 use crate::ctx::{BatchStats, Ctx};
@@ -47,14 +48,28 @@ impl BatchNorm {
             return x.sub(mean).div(std).mul(weight).add(bias);
         }
         let [n, _, h, w] = x.dims();
-        let count = (n * h * w) as f64;
         // Both statistics from x in one pass each (no centred copy), in f32 whatever the compute
         // dtype, then y = x * scale + shift per channel: forward and backward each read the
         // activation a few times instead of a dozen (BatchNorm was most of the H200's step).
         let dtype = x.dtype();
         let xf = x.clone().cast(FloatDType::F32); // no-op in f32
-        let mean = xf.clone().mean_dims(&[0, 2, 3]);
-        let var = xf.square().mean_dims(&[0, 2, 3]).sub(mean.clone().square()).clamp_min(0.0);
+        let (mean, var, count) = match cx.sync_group() {
+            None => {
+                let mean = xf.clone().mean_dims(&[0, 2, 3]);
+                let var = xf.square().mean_dims(&[0, 2, 3]).sub(mean.clone().square()).clamp_min(0.0);
+                (mean, var, (n * h * w) as f64)
+            }
+            Some(devices) => {
+                // SyncBatchNorm: the per-channel sums of x and x^2 summed over every device
+                // (one all-reduce, differentiable: its backward all-reduces the gradients).
+                let sums = Tensor::cat(vec![xf.clone().sum_dims(&[0, 2, 3]).reshape([c]), xf.square().sum_dims(&[0, 2, 3]).reshape([c])], 0);
+                let sums = all_reduce(sums, ReduceOperation::Sum, devices.to_vec()).resolve();
+                let count = (n * h * w * devices.len()) as f64;
+                let mean = sums.clone().narrow(0, 0, c).div_scalar(count).reshape([1, c, 1, 1]);
+                let var = sums.narrow(0, c, c).div_scalar(count).reshape([1, c, 1, 1]).sub(mean.clone().square()).clamp_min(0.0);
+                (mean, var, count)
+            }
+        };
         let scale = weight.cast(FloatDType::F32).div(var.clone().add_scalar(EPS).sqrt());
         let shift = bias.cast(FloatDType::F32).sub(mean.clone().mul(scale.clone()));
         let y = x.mul(scale.cast(dtype)).add(shift.cast(dtype));

@@ -6,11 +6,13 @@
 //! - dfl: cross-entropy of the two bins around each side's target distance (clamped to
 //!   `reg_max - 1.01`), averaged over the 4 sides, weighted like box;
 //!
-//! each divided by `cls_norm = max(sum of soft targets, 1)`. Positives are selected by masks,
+//! each divided by `cls_norm = max(sum of soft targets, 1)` (under data parallelism, the sum over
+//! every replica's batch, divided by the number of replicas). Positives are selected by masks,
 //! not by indexing, so no value is read back and no shape depends on the data.
 
 use burn::tensor::activation::{log_sigmoid, log_softmax, softmax};
-use burn::tensor::{Int, Tensor};
+use burn::tensor::distributed::{ReduceOperation, all_reduce};
+use burn::tensor::{Device, Int, Tensor};
 
 use super::anchors::Anchors;
 use super::assigner::{AssignerConfig, Assignment, assign};
@@ -46,6 +48,14 @@ impl Yolo9Loss {
     /// `maps`: raw head maps `(B, 4*reg_max + nc, H_i, W_i)` at `strides`; `targets`:
     /// `(B, M, 5)` rows `[cls, x1, y1, x2, y2]` normalised to [0, 1], padding rows with class -1.
     pub fn compute(&self, maps: &[Tensor<4>], strides: &[usize], targets: Tensor<3>) -> LossTerms {
+        self.compute_over(maps, strides, targets, None)
+    }
+
+    /// [`compute`](Self::compute) on one replica of a data-parallel run over `group`: the
+    /// normaliser is LibreYOLO's under DDP, the global sum of soft targets (clamped to 1) over
+    /// the number of replicas, so that averaging the replicas' gradients gives the gradient of
+    /// the whole batch's loss.
+    pub fn compute_over(&self, maps: &[Tensor<4>], strides: &[usize], targets: Tensor<3>, group: Option<&[Device]>) -> LossTerms {
         let device = maps[0].device();
         let b = maps[0].dims()[0];
         let sizes: Vec<(usize, usize)> = maps.iter().map(|m| (m.dims()[2], m.dims()[3])).collect();
@@ -79,7 +89,13 @@ impl Yolo9Loss {
 
         let positive = assignment.positive.clone(); // (B, A)
         let scores = assignment.scores.clone(); // (B, A, nc)
-        let cls_norm = scores.clone().sum().clamp_min(1.0); // [1]
+        let cls_norm = match group {
+            Some(devices) if devices.len() > 1 => {
+                let world = devices.len() as f64;
+                all_reduce(scores.clone().sum(), ReduceOperation::Mean, devices.to_vec()).resolve().clamp_min(1.0 / world)
+            }
+            _ => scores.clone().sum().clamp_min(1.0),
+        }; // [1]
         let box_norm = scores.clone().sum_dim(2).reshape([b, a]); // zero where not positive
 
         // cls: BCE with logits, summed: max(x,0) - x*t + log(1 + exp(-|x|)) == -(t*log s(x) + (1-t)*log s(-x)).
