@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #11's acceptance in one device call on nvidia-h200-x2: the same training at the same
-# global batch on one GPU and on two (device=0,1), then their per-step losses side by side
-# (steps.csv) and their throughput (results.csv, epochs after the first).
+# global batch on one GPU, on two (device=0,1) and on two processes (a torchrun-style launch),
+# then their per-step losses side by side (steps.csv) and their throughput (results.csv,
+# epochs after the first).
 #
 #   BIN=/tmp/libreyolo-run bash bench/ddp_check.sh [EPOCHS [LIMIT_S [KEY=VALUE ...]]]
 #
@@ -33,13 +34,26 @@ for run in two:0,1 one:0; do
     grep -v "Tuning\|━\|autotune" "$work/$name.log" | tail -n 15
     tail -n 4 "$work/$name/train.log" 2>/dev/null
 done
+# The same on two processes, as torchrun starts them (rank 0 serves NCCL's identifier).
+echo "[ddp_check $(date +%T)] procs: RANK=0,1 WORLD_SIZE=2"
+start=$(date +%s)
+for rank in 0 1; do
+    RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 \
+        timeout "$limit" "$BIN" "${common[@]}" name=procs > "$work/procs_$rank.log" 2>&1 &
+done
+wait
+echo "[ddp_check] after $(( $(date +%s) - start ))s (procs)"
+grep -v "Tuning\|━\|autotune" "$work/procs_0.log" | tail -n 8
 python3 - "$work" > "$OUT/ddp_check.txt" 2>&1 <<'EOF'
 import csv, os, sys
 work = sys.argv[1]
 def rows(name, file):
     path = os.path.join(work, name, file)
     return list(csv.DictReader(open(path))) if os.path.exists(path) else []
-one, two = rows("one", "steps.csv"), rows("two", "steps.csv")
+one, two, procs = rows("one", "steps.csv"), rows("two", "steps.csv"), rows("procs", "steps.csv")
+keys = ("box_loss", "dfl_loss", "cls_loss")
+gap = max((abs(float(a[k]) - float(b[k])) / max(abs(float(a[k])), 1e-9) for a, b in zip(two, procs) for k in keys), default=float("nan"))
+print(f"two processes: {len(procs)} steps; max relative difference to two threads: {gap:.3e}")
 print("| step | 1 GPU box / dfl / cls | 2 GPUs box / dfl / cls | max rel. diff |")
 print("|---:|---|---|---:|")
 worst = 0.0

@@ -107,3 +107,26 @@ fn a_bad_convolution_kernel_policy_is_an_error_before_anything_runs() {
     assert!(stderr.contains("BURN_CONV_KERNELS=\"fastest\"") && stderr.contains("`fixed:NAME,...`"), "{stderr}");
     assert!(stdout.is_empty(), "nothing ran: {stdout}");
 }
+
+/// A torchrun-style launch is checked before anything trains: ranks on one machine, a GPU each.
+#[test]
+fn launcher_ranks_that_cannot_train_here_are_clear_errors() {
+    if libreyolo_run::device::cuda_device_count() > 0 {
+        return; // only meaningful on a machine without CUDA
+    }
+    let env = |rank: &'static str, local: &'static str| {
+        [("RANK", rank), ("LOCAL_RANK", local), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29517")]
+    };
+    let out = run_with_env(&["manifests/yolo9t.toml", "epochs=1", "device=cpu"], &env("1", "0"));
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("RANK=1 but LOCAL_RANK=0: multi-node launches are not supported"), "{stderr}");
+    let out = run_with_env(&["manifests/yolo9t.toml", "epochs=1", "device=cpu"], &env("0", "0"));
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("WORLD_SIZE=2 asks for one GPU per rank, but this machine has 0 CUDA device(s)"), "{stderr}");
+    // A half-set environment names what is missing.
+    let out = run_with_env(&["manifests/yolo9t.toml", "epochs=1", "device=cpu"], &[("RANK", "0"), ("WORLD_SIZE", "2")]);
+    let (_, stderr) = text(&out);
+    assert!(stderr.contains("but not LOCAL_RANK, MASTER_ADDR, MASTER_PORT"), "{stderr}");
+}

@@ -122,22 +122,39 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc));
         return Ok(());
     }
-    if let Some(launch) = crate::distributed::launch().map_err(anyhow::Error::msg)? {
-        tracing::warn!(
-            "started by a launcher as rank {} of {} (MASTER_ADDR {}:{}); multi-process training is not implemented yet, this process trains alone",
-            launch.rank,
-            launch.world_size,
-            launch.master_addr,
-            launch.master_port
-        );
-    }
-    if device.ids.len() > 1 {
-        let m = &loaded.manifest;
-        if let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), device.ids.len()) {
-            tracing::warn!("{w}");
+    let m = &loaded.manifest;
+    let summary = match crate::distributed::launch().map_err(anyhow::Error::msg)? {
+        // A torchrun-style launch: this process is one rank, on cuda:LOCAL_RANK, whatever `device` says.
+        Some(launch) => {
+            launch.check(crate::device::cuda_device_count()).map_err(anyhow::Error::msg)?;
+            if launch.rank == 0
+                && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), launch.world_size)
+            {
+                tracing::warn!("{w}");
+            }
+            let id = crate::distributed::rendezvous::exchange(&launch, std::time::Duration::from_secs(300), cubecl_cuda::nccl::nccl_mint_unique_id)
+                .map_err(anyhow::Error::msg)?;
+            cubecl_cuda::nccl::nccl_use_unique_id(id).map_err(anyhow::Error::msg)?;
+            let ranks = crate::device::ResolvedDevice {
+                backend: crate::device::Backend::Cuda,
+                ids: (0..launch.world_size).collect(),
+                reason: format!("rank {} of {} (RANK/WORLD_SIZE from the launcher)", launch.rank, launch.world_size),
+            };
+            let summary = crate::train::train_process(&loaded, &dag, &ranks, launch.rank)?;
+            if launch.rank != 0 {
+                return Ok(()); // rank 0 reports
+            }
+            summary
         }
-    }
-    let summary = crate::train::train(&loaded, &dag, &device)?;
+        None => {
+            if device.ids.len() > 1
+                && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), device.ids.len())
+            {
+                tracing::warn!("{w}");
+            }
+            crate::train::train(&loaded, &dag, &device)?
+        }
+    };
     match &summary.last {
         Some(r) => println!(
             "done: {} epoch(s) in {}; last epoch box {:.4} dfl {:.4} cls {:.4}{}",

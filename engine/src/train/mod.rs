@@ -132,6 +132,20 @@ struct Datasets {
 /// Trains `loaded` on `resolved`: on its one device, or data-parallel on several (one thread
 /// and replica per GPU, gradients averaged through NCCL; see [`replica`]).
 pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> anyhow::Result<TrainSummary> {
+    let datasets = prepare(loaded)?;
+    let replicas = Replica::group(resolved.devices());
+    replica::run(replicas, replica::FAILURE_GRACE, |r| train_replica(loaded, dag, resolved, &datasets, r))
+}
+
+/// Rank `rank` of a torchrun-style launch over `resolved`'s GPUs: this process trains on
+/// `cuda:rank`, the others are processes too (the NCCL identifier is already agreed).
+pub fn train_process(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, rank: usize) -> anyhow::Result<TrainSummary> {
+    let datasets = prepare(loaded)?;
+    train_replica(loaded, dag, resolved, &datasets, Replica::process(rank, resolved.devices()))
+}
+
+/// What every run needs before its replicas start: the kernel cache, Ctrl-C, the datasets.
+fn prepare(loaded: &LoadedManifest) -> anyhow::Result<Datasets> {
     let m = &loaded.manifest;
     crate::kernel_cache::configure();
     let _ = ctrlc::set_handler(|| {
@@ -147,9 +161,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
     }
     let train = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     let val = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
-    let datasets = Datasets { cfg, train, val };
-    let replicas = Replica::group(resolved.devices());
-    replica::run(replicas, replica::FAILURE_GRACE, |r| train_replica(loaded, dag, resolved, &datasets, r))
+    Ok(Datasets { cfg, train, val })
 }
 
 /// One replica's training: all of it alone, its shard of every batch (and, on rank 0, every
@@ -182,7 +194,8 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         None
     };
     replica.barrier();
-    let run_path = replica.run_dir().map(|p| p.to_path_buf()).ok_or_else(|| anyhow::anyhow!("rank 0 did not create the run directory"))?;
+    // Another process's rank 0 cannot tell us its directory: resuming names it exactly.
+    let run_path = replica.run_dir().map(|p| p.to_path_buf()).unwrap_or_else(|| m.run.project.join(&m.run.name));
 
     let aug = data::augment(loaded);
     let loader = data::loader(loaded, train_ds.clone(), rank_batch, Some(aug), replica.shard());
@@ -255,9 +268,12 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         trainer.graphs = Some(graphs);
         trainer.whole_step = kind == capture_plan::CaptureSupport::WholeStep;
         trainer.split_graphs = kind == capture_plan::CaptureSupport::TwoGraphs;
-        // The whole step's updates are recorded into the graph: each must keep its tensor's
-        // buffer, whatever the fusion backend would pick.
-        trainer.model.params.borrow_mut().set_stable_buffers(trainer.whole_step);
+        // Every captured graph reads the parameters (validation's, the EMA weights) at the
+        // addresses it recorded, and the whole step records the updates too: each update must
+        // keep its tensor's buffer, whatever the fusion backend would pick. (Two graphs with
+        // eager updates into new buffers would replay the forward on the weights of the capture
+        // step, or on whatever reused their memory.)
+        trainer.model.params.borrow_mut().set_stable_buffers(true);
     }
 
     let mut state = TrainState {

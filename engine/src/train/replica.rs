@@ -59,6 +59,15 @@ impl Shared {
 pub const STALL_ENV: &str = "LIBREYOLO_DDP_STALL_S";
 const DEFAULT_STALL: Duration = Duration::from_secs(900);
 
+/// Where the other replicas run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peers {
+    /// Threads of this process (`device=0,1`): host agreement through [`Shared`].
+    Threads,
+    /// Other processes (a torchrun-style launch): agreement through NCCL votes.
+    Processes,
+}
+
 /// This thread's place in the run.
 #[derive(Clone)]
 pub struct Replica {
@@ -66,6 +75,9 @@ pub struct Replica {
     /// Every replica's device, rank order (one entry when training alone).
     pub devices: Vec<Device>,
     shared: Arc<Shared>,
+    peers: Peers,
+    /// This replica's slot in `shared` (its rank among threads; 0 for a process).
+    local: usize,
 }
 
 /// Steps a replica may run ahead of rank 0 on the host: each step reads its loss back, and that
@@ -78,18 +90,27 @@ impl Replica {
         Self::group(vec![device]).remove(0)
     }
 
-    /// One replica per device.
+    /// One replica per device, each on a thread of this process.
     pub fn group(devices: Vec<Device>) -> Vec<Self> {
-        let shared = Arc::new(Shared {
-            barrier: Barrier::new(devices.len()),
+        let shared = Self::shared(devices.len());
+        (0..devices.len()).map(|rank| Self { rank, devices: devices.clone(), shared: shared.clone(), peers: Peers::Threads, local: rank }).collect()
+    }
+
+    /// Rank `rank` of a multi-process launch over `devices` (this process drives `devices[rank]`).
+    pub fn process(rank: usize, devices: Vec<Device>) -> Self {
+        Self { rank, devices, shared: Self::shared(1), peers: Peers::Processes, local: 0 }
+    }
+
+    fn shared(threads: usize) -> Arc<Shared> {
+        Arc::new(Shared {
+            barrier: Barrier::new(threads),
             stop_at: AtomicUsize::new(usize::MAX),
             stop_after_epoch: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             run_dir: OnceLock::new(),
-            progress: (0..devices.len()).map(|_| (AtomicUsize::new(0), AtomicUsize::new(0))).collect(),
+            progress: (0..threads).map(|_| (AtomicUsize::new(0), AtomicUsize::new(0))).collect(),
             started: Instant::now(),
-        });
-        (0..devices.len()).map(|rank| Self { rank, devices: devices.clone(), shared: shared.clone() }).collect()
+        })
     }
 
     pub fn world(&self) -> usize {
@@ -139,11 +160,20 @@ impl Replica {
         }
     }
 
-    /// Waits for every replica (a no-op alone).
+    /// Waits for every replica thread of this process (a no-op alone or across processes).
     pub fn barrier(&self) {
-        if self.world() > 1 {
+        if self.peers == Peers::Threads && self.world() > 1 {
             self.shared.barrier.wait();
         }
+    }
+
+    /// Whether any replica votes `yes`: one NCCL all-reduce read back (a sync), so every
+    /// replica gets the same answer at the same point.
+    fn vote(&self, yes: bool) -> bool {
+        let Some(devices) = self.group_devices() else { return yes };
+        let ballot = Tensor::<1>::from_floats([if yes { 1.0 } else { 0.0 }], self.device());
+        let total = all_reduce(ballot, ReduceOperation::Sum, devices.to_vec()).resolve();
+        total.into_data().convert::<f32>().try_to_vec::<f32>().map(|v| v[0] > 0.5).unwrap_or(true)
     }
 
     /// Rank 0 publishes the run directory; the others read it after [`barrier`](Self::barrier).
@@ -162,6 +192,10 @@ impl Replica {
         if self.shared.failed.load(Ordering::SeqCst) {
             return true;
         }
+        if self.peers == Peers::Processes {
+            // Each process sees its own SIGINT, at its own step: they stop on a vote.
+            return self.vote(interrupted);
+        }
         if interrupted && self.world() == 1 {
             return true;
         }
@@ -173,7 +207,7 @@ impl Replica {
 
     /// Records a finished step (what the stall watchdog of [`run`] reads).
     pub fn step_done(&self) {
-        let (steps, at) = &self.shared.progress[self.rank];
+        let (steps, at) = &self.shared.progress[self.local];
         steps.fetch_add(1, Ordering::SeqCst);
         at.store(self.shared.started.elapsed().as_millis() as usize, Ordering::SeqCst);
     }
@@ -185,6 +219,9 @@ impl Replica {
 
     /// Rank 0's decision at the end of an epoch (early stopping, interrupt), seen by all.
     pub fn agree_stop_after_epoch(&self, main_says_stop: bool) -> bool {
+        if self.peers == Peers::Processes {
+            return self.vote(self.is_main() && main_says_stop);
+        }
         if self.is_main() {
             self.shared.stop_after_epoch.store(main_says_stop, Ordering::SeqCst);
         }

@@ -11,6 +11,11 @@ pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
 pub use device::*;
 pub use runtime::*;
 
+/// NCCL identifiers agreed across processes (libreyolo-run patch; see vendor/README.md).
+pub mod nccl {
+    pub use crate::compute::communication::{NCCL_UNIQUE_ID_BYTES, nccl_mint_unique_id, nccl_use_unique_id};
+}
+
 pub mod install {
     use std::path::PathBuf;
 

@@ -23,6 +23,28 @@ use crate::compute::storage::gpu::GpuResource;
 static UNIQUE_IDS_MAP: OnceLock<Mutex<HashMap<CommunicationId, cudarc::nccl::sys::ncclUniqueId>>> =
     OnceLock::new();
 
+/// An NCCL identifier agreed outside this process (libreyolo-run patch): under a
+/// torchrun-style launch, each process drives one GPU, rank 0 mints the identifier and a
+/// rendezvous hands it to the others. Every group joins under it instead of one minted here,
+/// which only the devices of this process would know.
+static PROVIDED_ID: OnceLock<cudarc::nccl::sys::ncclUniqueId> = OnceLock::new();
+
+/// Size of an NCCL unique identifier in bytes.
+pub const NCCL_UNIQUE_ID_BYTES: usize = 128;
+
+/// Mints a new NCCL unique identifier (rank 0 of a multi-process launch).
+pub fn nccl_mint_unique_id() -> Result<[u8; NCCL_UNIQUE_ID_BYTES], String> {
+    let id = cudarc::nccl::result::get_uniqueid().map_err(|err| format!("NCCL could not mint a communicator id: {err:?}"))?;
+    Ok(id.internal.map(|b| b as u8))
+}
+
+/// Makes every communicator of this process join under `bytes` (from rank 0's
+/// [`nccl_mint_unique_id`]). Call it before the first collective; a second call is an error.
+pub fn nccl_use_unique_id(bytes: [u8; NCCL_UNIQUE_ID_BYTES]) -> Result<(), String> {
+    let id = cudarc::nccl::sys::ncclUniqueId { internal: bytes.map(|b| b as _) };
+    PROVIDED_ID.set(id).map_err(|_| "an NCCL identifier was already provided to this process".to_string())
+}
+
 /// The NCCL reduction for `op`.
 fn to_nccl_op(op: ReduceOperation) -> cudarc::nccl::sys::ncclRedOp_t {
     match op {
@@ -93,6 +115,9 @@ impl CollectiveDriver for Cuda {
     type CommStream = cudarc::driver::sys::CUstream;
 
     fn group_id(id: &CommunicationId) -> Result<Self::UniqueId, ServerError> {
+        if let Some(provided) = PROVIDED_ID.get() {
+            return Ok(*provided);
+        }
         let mut ids = UNIQUE_IDS_MAP.get_or_init(Default::default).lock();
         match ids.get(id) {
             Some(id) => Ok(*id),

@@ -1,6 +1,9 @@
 //! Multi-GPU settings with LibreYOLO's semantics (reference section f): the global batch split
 //! across ranks, the SyncBatchNorm advice, and the torchrun-style launch environment. The
-//! collectives themselves are NCCL through Burn (not in this module).
+//! collectives themselves are NCCL through Burn (not in this module); a multi-process launch
+//! agrees on NCCL's identifier through [`rendezvous`].
+
+pub mod rendezvous;
 
 use std::collections::HashMap;
 
@@ -70,6 +73,26 @@ pub fn launch_from(env: &HashMap<String, String>) -> Result<Option<Launch>, Stri
     Ok(Some(Launch { rank, local_rank, world_size, master_addr: env["MASTER_ADDR"].clone(), master_port }))
 }
 
+impl Launch {
+    /// Why this launch cannot train here, if it cannot: every rank on one machine (each drives
+    /// `cuda:LOCAL_RANK`, and NCCL's ranks follow the device order), one GPU per rank.
+    pub fn check(&self, cuda_devices: usize) -> Result<(), String> {
+        if self.rank != self.local_rank {
+            return Err(format!(
+                "RANK={} but LOCAL_RANK={}: multi-node launches are not supported; start every rank on one machine (--nnodes=1)",
+                self.rank, self.local_rank
+            ));
+        }
+        if self.world_size > cuda_devices {
+            return Err(format!(
+                "WORLD_SIZE={} asks for one GPU per rank, but this machine has {cuda_devices} CUDA device(s)",
+                self.world_size
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The launch of this process, from its environment.
 pub fn launch() -> Result<Option<Launch>, String> {
     launch_from(&std::env::vars().collect())
@@ -96,6 +119,14 @@ mod tests {
         assert_eq!(sync_bn_warning(true, 16, 2), None);
         assert_eq!(sync_bn_warning(false, 32, 2), None);
         assert_eq!(sync_bn_warning(false, 8, 1), None);
+    }
+
+    #[test]
+    fn a_launch_runs_on_one_machine_with_a_gpu_per_rank() {
+        let launch = |rank, local_rank, world_size| Launch { rank, local_rank, world_size, master_addr: "127.0.0.1".into(), master_port: 29500 };
+        assert_eq!(launch(1, 1, 2).check(2), Ok(()));
+        assert!(launch(2, 0, 4).check(8).unwrap_err().starts_with("RANK=2 but LOCAL_RANK=0: multi-node launches are not supported"));
+        assert_eq!(launch(0, 0, 2).check(0).unwrap_err(), "WORLD_SIZE=2 asks for one GPU per rank, but this machine has 0 CUDA device(s)");
     }
 
     #[test]
