@@ -32,6 +32,8 @@ pub struct DoctorArgs {
 #[derive(Debug, Serialize)]
 struct Report {
     cuda_devices: Vec<String>,
+    /// NCCL loadable (multi-GPU training needs it).
+    nccl: bool,
     device: String,
     kernel_cache: Option<String>,
     matmul_max_rel_err: f32,
@@ -74,6 +76,10 @@ fn check(args: &DoctorArgs) -> anyhow::Result<Report> {
         })
         .collect();
     eprintln!("[{:>6.1}s] {} CUDA device(s): {:?}", started.elapsed().as_secs_f64(), n, cuda_devices);
+    let nccl = cubecl_cuda::nccl::nccl_available();
+    if n > 1 || nccl {
+        eprintln!("[{:>6.1}s] NCCL (multi-GPU): {}", started.elapsed().as_secs_f64(), if nccl { "found" } else { "not found as libnccl.so" });
+    }
 
     let resolved = device::resolve(&args.device).map_err(anyhow::Error::msg)?;
     let dev = resolved.devices().into_iter().next().expect("at least one device");
@@ -107,6 +113,7 @@ fn check(args: &DoctorArgs) -> anyhow::Result<Report> {
         && (graph.hardware || !hardware_required);
     Ok(Report {
         cuda_devices,
+        nccl,
         device: resolved.describe(),
         kernel_cache,
         matmul_max_rel_err: matmul_err,

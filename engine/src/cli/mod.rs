@@ -127,14 +127,19 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         // A torchrun-style launch: this process is one rank, on cuda:LOCAL_RANK, whatever `device` says.
         Some(launch) => {
             launch.check(crate::device::cuda_device_count()).map_err(anyhow::Error::msg)?;
+            if launch.world_size > 1 {
+                crate::distributed::require_nccl().map_err(anyhow::Error::msg)?;
+            }
             if launch.rank == 0
                 && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), launch.world_size)
             {
                 tracing::warn!("{w}");
             }
-            let id = crate::distributed::rendezvous::exchange(&launch, std::time::Duration::from_secs(300), cubecl_cuda::nccl::nccl_mint_unique_id)
-                .map_err(anyhow::Error::msg)?;
-            cubecl_cuda::nccl::nccl_use_unique_id(id).map_err(anyhow::Error::msg)?;
+            if launch.world_size > 1 {
+                let id = crate::distributed::rendezvous::exchange(&launch, std::time::Duration::from_secs(300), cubecl_cuda::nccl::nccl_mint_unique_id)
+                    .map_err(anyhow::Error::msg)?;
+                cubecl_cuda::nccl::nccl_use_unique_id(id).map_err(anyhow::Error::msg)?;
+            }
             let ranks = crate::device::ResolvedDevice {
                 backend: crate::device::Backend::Cuda,
                 ids: (0..launch.world_size).collect(),
@@ -147,6 +152,9 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
             summary
         }
         None => {
+            if device.ids.len() > 1 {
+                crate::distributed::require_nccl().map_err(anyhow::Error::msg)?;
+            }
             if device.ids.len() > 1
                 && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), device.ids.len())
             {

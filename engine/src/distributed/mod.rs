@@ -93,6 +93,17 @@ impl Launch {
     }
 }
 
+/// NCCL, which every collective needs, or how to provide it.
+pub fn require_nccl() -> Result<(), String> {
+    if cubecl_cuda::nccl::nccl_available() {
+        return Ok(());
+    }
+    Err("training on several GPUs needs NCCL, loadable as `libnccl.so`, and none was found. Install NCCL, or link the \
+         `libnccl.so.2` of a pip or apt package: `mkdir -p ~/nccl && ln -s /usr/lib/x86_64-linux-gnu/libnccl.so.2 ~/nccl/libnccl.so` \
+         and add that folder to LD_LIBRARY_PATH"
+        .to_string())
+}
+
 /// The launch of this process, from its environment.
 pub fn launch() -> Result<Option<Launch>, String> {
     launch_from(&std::env::vars().collect())

@@ -14,6 +14,13 @@ pub use runtime::*;
 /// NCCL identifiers agreed across processes (libreyolo-run patch; see vendor/README.md).
 pub mod nccl {
     pub use crate::compute::communication::{NCCL_UNIQUE_ID_BYTES, nccl_mint_unique_id, nccl_use_unique_id};
+
+    /// Whether NCCL can be loaded (cudarc's names: `libnccl.so`, `libnccl.so.{13,12,...}`;
+    /// not `libnccl.so.2`, which pip and apt runtime packages ship).
+    pub fn nccl_available() -> bool {
+        // SAFETY: only tries to `dlopen` each candidate name.
+        unsafe { cudarc::nccl::sys::is_culib_present() }
+    }
 }
 
 pub mod install {
