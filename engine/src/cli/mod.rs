@@ -123,18 +123,23 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let m = &loaded.manifest;
-    let summary = match crate::distributed::launch().map_err(anyhow::Error::msg)? {
+    let launch = crate::distributed::launch().map_err(anyhow::Error::msg)?;
+    if let Some(launch) = &launch {
+        launch.check(crate::device::cuda_device_count()).map_err(anyhow::Error::msg)?;
+    }
+    // GPUs of the run: the launcher's ranks, or this process's devices.
+    let world = launch.as_ref().map_or(device.ids.len(), |l| l.world_size);
+    if world > 1 {
+        crate::distributed::require_nccl().map_err(anyhow::Error::msg)?;
+        if launch.as_ref().is_none_or(|l| l.rank == 0)
+            && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), world)
+        {
+            tracing::warn!("{w}");
+        }
+    }
+    let summary = match launch {
         // A torchrun-style launch: this process is one rank, on cuda:LOCAL_RANK, whatever `device` says.
         Some(launch) => {
-            launch.check(crate::device::cuda_device_count()).map_err(anyhow::Error::msg)?;
-            if launch.world_size > 1 {
-                crate::distributed::require_nccl().map_err(anyhow::Error::msg)?;
-            }
-            if launch.rank == 0
-                && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), launch.world_size)
-            {
-                tracing::warn!("{w}");
-            }
             if launch.world_size > 1 {
                 let id = crate::distributed::rendezvous::exchange(&launch, std::time::Duration::from_secs(300), cubecl_cuda::nccl::nccl_mint_unique_id)
                     .map_err(anyhow::Error::msg)?;
@@ -151,17 +156,7 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
             }
             summary
         }
-        None => {
-            if device.ids.len() > 1 {
-                crate::distributed::require_nccl().map_err(anyhow::Error::msg)?;
-            }
-            if device.ids.len() > 1
-                && let Some(w) = crate::distributed::sync_bn_warning(m.run.sync_bn, crate::train::nominal_batch(m.run.batch), device.ids.len())
-            {
-                tracing::warn!("{w}");
-            }
-            crate::train::train(&loaded, &dag, &device)?
-        }
+        None => crate::train::train(&loaded, &dag, &device)?,
     };
     match &summary.last {
         Some(r) => println!(

@@ -483,7 +483,7 @@ impl Trainer<'_> {
         if !self.replica.is_main() {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let (mut sum, mut n, mut images) = (step::StepLosses::default(), 0usize, 0usize);
+        let (mut sum, mut images) = (step::StepLosses::default(), 0usize);
         let mut steps = vec![];
         let started = Instant::now();
         let batches = loader.epoch(epoch as u64);
@@ -526,12 +526,12 @@ impl Trainer<'_> {
                 if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
                     anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, i + 1, l.box_loss, l.dfl_loss, l.cls_loss);
                 }
-                steps.push(StepRecord { iteration: self.iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr: self.schedule.at(self.iteration).0 });
+                let (lr, _) = self.schedule.at(self.iteration);
+                steps.push(StepRecord { iteration: self.iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr });
                 sum.box_loss += l.box_loss;
                 sum.dfl_loss += l.dfl_loss;
                 sum.cls_loss += l.cls_loss;
-                n += 1;
-                let (lr, _) = self.schedule.at(self.iteration);
+                let n = steps.len();
                 bar.set_message(format!(
                     "box {:.3} dfl {:.3} cls {:.3} lr {:.5} {:.1} img/s{}",
                     sum.box_loss / n as f64,
@@ -555,7 +555,7 @@ impl Trainer<'_> {
             }
         }
         bar.finish();
-        let n = n.max(1) as f64;
+        let n = steps.len().max(1) as f64;
         Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, EpochEnd::Complete, steps))
     }
 

@@ -19,7 +19,8 @@ use libreyolo_families::ParamId;
 /// What the replicas of one run share on the host.
 pub struct Shared {
     barrier: Barrier,
-    /// The optimizer step at which every replica stops (Ctrl-C), `usize::MAX` while running.
+    /// The step of the epoch (batch index) at which every replica stops (Ctrl-C), `usize::MAX`
+    /// while running. Replicas meet at every epoch's end, so the index is comparable.
     stop_at: AtomicUsize,
     /// Rank 0 decided to stop after this epoch (early stopping, interrupt).
     stop_after_epoch: AtomicBool,
@@ -85,11 +86,6 @@ pub struct Replica {
 const RUN_AHEAD: usize = 2;
 
 impl Replica {
-    /// Training alone on `device`.
-    pub fn single(device: Device) -> Self {
-        Self::group(vec![device]).remove(0)
-    }
-
     /// One replica per device, each on a thread of this process.
     pub fn group(devices: Vec<Device>) -> Vec<Self> {
         let shared = Self::shared(devices.len());
@@ -185,8 +181,8 @@ impl Replica {
         self.shared.run_dir.get().map(|p| p.as_path())
     }
 
-    /// Whether this replica stops before optimizer step `step`: when another replica failed,
-    /// or at the step agreed after Ctrl-C. `interrupted` is this replica's view of Ctrl-C; the
+    /// Whether this replica stops after the epoch's `step`-th batch: when another replica
+    /// failed, or at the batch agreed after Ctrl-C. `interrupted` is this replica's view of Ctrl-C; the
     /// first replica to see it fixes the stop far enough ahead that none has passed it yet.
     pub fn should_stop(&self, step: usize, interrupted: bool) -> bool {
         if self.shared.failed.load(Ordering::SeqCst) {

@@ -188,8 +188,7 @@ impl Trainer<'_> {
                     let maps = v.maps.take().ok_or_else(|| anyhow::anyhow!("loss ran before network.forward"))?;
                     let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("loss ran before data"))?;
                     let strides = self.model.network.head().strides.clone();
-                    let spec = self.forward_spec();
-                    v.loss = Some(loss(&self.loss, self.aux_weight, &strides, maps, targets, spec.group()));
+                    v.loss = Some(loss(&self.loss, self.aux_weight, &strides, maps, targets, self.replica.group_devices()));
                 }
                 "network.backward" => {
                     if self.graphs.is_some() {

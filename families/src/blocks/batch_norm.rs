@@ -1,7 +1,8 @@
 //! BatchNorm2d with PyTorch's semantics, written so that a CUDA graph can replay it.
 //!
 //! Training normalises with the batch mean and biased variance over (N, H, W) (over every
-//! device's batch under SyncBatchNorm, see [`Ctx::synced_over`]) and records the batch statistics; the running statistics are folded in afterwards, in place
+//! device's batch under SyncBatchNorm, see [`Ctx::synced_over`]) and records the batch
+//! statistics; the running statistics are folded in afterwards, in place
 //! (`ParamStore::apply_batch_stats`). Burn's own BatchNorm replaces its running tensors every
 //! step, which a captured graph cannot follow.
 
