@@ -142,7 +142,9 @@ impl Replica {
         let dtypes: Vec<_> = grads.iter().map(|(_, g)| g.dtype()).collect();
         let sizes: Vec<usize> = grads.iter().map(|(_, g)| g.dims()[0]).collect();
         let flat = Tensor::cat(grads.iter().map(|(_, g)| g.clone().cast(FloatDType::F32)).collect(), 0);
+        tracing::debug!(rank = self.rank, values = flat.dims()[0], "gradient all-reduce");
         let mean = all_reduce(flat, ReduceOperation::Mean, devices.to_vec()).resolve();
+        tracing::debug!(rank = self.rank, "gradient all-reduce done");
         for (((_, g), part), dtype) in grads.iter_mut().zip(mean.split_with_sizes(sizes, 0)).zip(dtypes) {
             *g = part.cast(dtype);
         }

@@ -134,6 +134,9 @@ impl Trainer<'_> {
             if let Some(p) = self.profiler.as_mut() {
                 p.enter(&stage.name);
             }
+            // `LIBREYOLO_LOG=libreyolo_run::train=debug` shows where each replica is: a
+            // multi-GPU hang is a collective one rank reached and another did not.
+            tracing::debug!(rank = self.replica.rank, stage = %stage.name, "stage");
             self.run_stage(stage.kind.name, &mut v, last_micro)?;
             if let Some(p) = self.profiler.as_mut() {
                 p.exit();
