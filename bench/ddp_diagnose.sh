@@ -3,15 +3,17 @@
 # sync_bn=true, each with every replica's stage trace (LIBREYOLO_LOG=...=debug) so a hang shows
 # which collective one rank reached and the other did not, and the threads' stacks when it is
 # still running at the end. BIN=the binary; runs under scripts/gpu.sh remote 'sh:...'.
-#   bash bench/ddp_diagnose.sh [LIMIT_S_PER_RUN]
+#   bash bench/ddp_diagnose.sh [LIMIT_S_PER_RUN [KEY=VALUE ...]]
 limit=${1:-150}
+shift $(( $# > 1 ? 1 : $# ))
 nccl=$(find /usr/lib /usr/local -name 'libnccl.so*' 2>/dev/null | head -n 1)
 mkdir -p /tmp/nccl && ln -sf "$nccl" /tmp/nccl/libnccl.so; export LD_LIBRARY_PATH=/tmp/nccl
 export LIBREYOLO_LOG=info,libreyolo_run::train=debug LIBREYOLO_DDP_STALL_S=$((limit - 30)) NCCL_DEBUG=WARN
-D="manifests/yolo9t.toml data=$PWD/.gpu/coco128/coco128.yaml cache=ram batch=16 epochs=1 val.enabled=false augment.no_aug_epochs=0 project=/tmp/dg exist_ok=true device=0,1"
+D="manifests/yolo9t.toml data=$PWD/.gpu/coco128/coco128.yaml cache=ram batch=16 epochs=1 val.enabled=false augment.no_aug_epochs=0 project=/tmp/dg exist_ok=true device=0,1 $*"
+clog=${LIBREYOLO_KERNEL_CACHE:-/tmp}/compilations.log; touch $clog
 for run in a:false b:true; do
     name=${run%%:*} sync=${run#*:}
-    echo "== ($name) sync_bn=$sync"; s=$(date +%s)
+    echo "== ($name) sync_bn=$sync"; s=$(date +%s); n0=$(wc -l < $clog)
     $BIN $D name=$name sync_bn=$sync > /tmp/$name.log 2>&1 & pid=$!
     while kill -0 $pid 2>/dev/null && [ $(( $(date +%s) - s )) -lt $((limit - 10)) ]; do sleep 2; done
     if kill -0 $pid 2>/dev/null; then
@@ -25,6 +27,7 @@ for run in a:false b:true; do
     fi
     wait $pid; echo "exit $? after $(( $(date +%s) - s ))s"
     grep -v "Tuning\|autotune\|━\|DEBUG" /tmp/$name.log | tail -8
+    echo "kernels compiled: $(( $(wc -l < $clog) - n0 ))"
     for r in 0 1; do echo "-- rank $r: stages seen $(grep -c "rank=$r" /tmp/$name.log), last:"; grep "rank=$r" /tmp/$name.log | tail -3; done
     head -4 /tmp/dg/$name/steps.csv 2>/dev/null; wc -l /tmp/dg/$name/steps.csv 2>/dev/null
 done

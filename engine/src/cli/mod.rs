@@ -176,8 +176,10 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Log lines on stderr, filtered by `LIBREYOLO_LOG` (tracing's directives); plain text when stderr
+/// is a file, so logs of remote runs can be searched.
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("LIBREYOLO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_target(false).try_init();
 }
