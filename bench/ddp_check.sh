@@ -19,6 +19,8 @@ nccl=$(find / -name 'libnccl.so*' -not -path '/proc/*' 2>/dev/null | head -n 1)
 echo "[ddp_check] NCCL: ${nccl:-not found}"
 mkdir -p /tmp/nccl && [ -n "$nccl" ] && ln -sf "$nccl" /tmp/nccl/libnccl.so
 export LD_LIBRARY_PATH=/tmp/nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Each replica's stage trace: a run that stalls shows which collective one rank never reached.
+export LIBREYOLO_LOG=info,libreyolo_run::train=debug
 nvidia-smi topo -m 2>/dev/null | head -n 4
 work=/tmp/ddp_check
 rm -rf "$work" && mkdir -p "$work"
@@ -31,7 +33,8 @@ for run in two:0,1 one:0; do
     start=$(date +%s)
     timeout "$limit" "$BIN" "${common[@]}" "device=$devices" "name=$name" > "$work/$name.log" 2>&1
     echo "[ddp_check] exit $? after $(( $(date +%s) - start ))s ($name)"
-    grep -v "Tuning\|━\|autotune" "$work/$name.log" | tail -n 15
+    grep -v "Tuning\|━\|autotune\|DEBUG" "$work/$name.log" | tail -n 12
+    for r in 0 1; do grep "DEBUG.*rank=$r" "$work/$name.log" | tail -n 1; done
     tail -n 4 "$work/$name/train.log" 2>/dev/null
 done
 # The same on two processes, as torchrun starts them (rank 0 serves NCCL's identifier).
@@ -43,7 +46,7 @@ for rank in 0 1; do
 done
 wait
 echo "[ddp_check] after $(( $(date +%s) - start ))s (procs)"
-grep -v "Tuning\|━\|autotune" "$work/procs_0.log" | tail -n 8
+for r in 0 1; do grep -v "Tuning\|━\|autotune\|DEBUG" "$work/procs_$r.log" | tail -n 6; grep DEBUG "$work/procs_$r.log" | tail -n 1; done
 python3 - "$work" > "$OUT/ddp_check.txt" 2>&1 <<'EOF'
 import csv, os, sys
 work = sys.argv[1]
