@@ -25,6 +25,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = {
     "eager": [],
+    # The same eager run again, in a new process: the spread the kernels themselves leave.
+    "eager_again": [],
     "two_graphs": ["cuda_graph=true"],
     "whole_step": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
     # The whole step's code path (in-place updates, the segment's own forward/loss/backward)
@@ -34,7 +36,7 @@ MODES = {
     "whole_step_uncaptured": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
 # (captured run, the eager run it is compared with)
-PAIRS = [("two_graphs", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager")]
+PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
