@@ -75,7 +75,11 @@ pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): 
 
 /// HSV, flips, letterbox, tiny-box filter with fallback, normalisation.
 fn finish(mut image: RgbImage, mut boxes: Boxes, aug: &Augment, (height, width): (u32, u32), index: usize, rng: &mut impl Rng) -> Sample {
-    let original = (!boxes.is_empty()).then(|| (image.clone(), boxes.clone()));
+    // When no box would survive the letterbox's tiny-box filter, the sample falls back to the
+    // image before HSV and flips: keep a copy only then (it was a 1.2 MB copy per sample). The
+    // margin covers the flips' rounding (W - x2 vs x2), so a box counted here surely survives.
+    let survives = letterbox::scaled_sides(&boxes, image.dimensions(), height, width).any(|(w, h)| w > 1.001 && h > 1.001);
+    let original = (!boxes.is_empty() && !survives).then(|| (image.clone(), boxes.clone()));
     if rng.random::<f64>() < aug.hsv_prob {
         hsv::jitter(&mut image, rng);
     }
@@ -85,7 +89,7 @@ fn finish(mut image: RgbImage, mut boxes: Boxes, aug: &Augment, (height, width):
     if rng.random::<f64>() < aug.flipud {
         flip::vertical(&mut image, &mut boxes);
     }
-    let (mut out, _) = letterbox::apply(&image, &mut boxes, height, width);
+    let (mut out, _) = letterbox::apply_owned(image, &mut boxes, height, width);
     boxes.keep_larger_than(1.0);
     if boxes.is_empty()
         && let Some((img, mut b)) = original

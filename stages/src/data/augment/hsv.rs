@@ -22,9 +22,42 @@ pub fn jitter(img: &mut RgbImage, rng: &mut impl Rng) {
     let sat: Vec<u8> = (0..256i32).map(|s| (s + offsets[1]).clamp(0, 255) as u8).collect();
     let val: Vec<u8> = (0..256i32).map(|v| (v + offsets[2]).clamp(0, 255) as u8).collect();
     let (sdiv, hdiv) = tables();
+    let convert = |rgb: [u8; 3]| {
+        let (h, s, v) = rgb_to_hsv_with(rgb, sdiv, hdiv);
+        hsv_to_rgb(hue[h as usize], sat[s as usize], val[v as usize])
+    };
+    // The conversion is a pure function of the colour, and colours repeat (the mosaic's and the
+    // letterbox's fill, flat regions, JPEG's smooth blocks): a small direct-mapped memo of
+    // recent colours answers many pixels. HSV was over a quarter of a loader worker's time.
+    let mut memo = ColourMemo::new();
     for px in img.as_mut().chunks_exact_mut(3) {
-        let (h, s, v) = rgb_to_hsv_with([px[0], px[1], px[2]], sdiv, hdiv);
-        px.copy_from_slice(&hsv_to_rgb(hue[h as usize], sat[s as usize], val[v as usize]));
+        px.copy_from_slice(&memo.get_or_insert([px[0], px[1], px[2]], convert));
+    }
+}
+
+/// A direct-mapped cache from colours to their converted colours, small enough for L1.
+struct ColourMemo {
+    /// 0 is "empty": colours are stored as 0x01RRGGBB.
+    keys: [u32; 1 << Self::BITS],
+    values: [[u8; 3]; 1 << Self::BITS],
+}
+
+impl ColourMemo {
+    const BITS: u32 = 12;
+
+    fn new() -> Self {
+        Self { keys: [0; 1 << Self::BITS], values: [[0; 3]; 1 << Self::BITS] }
+    }
+
+    #[inline(always)]
+    fn get_or_insert(&mut self, [r, g, b]: [u8; 3], convert: impl Fn([u8; 3]) -> [u8; 3]) -> [u8; 3] {
+        let key = 0x0100_0000 | (r as u32) << 16 | (g as u32) << 8 | b as u32;
+        let slot = (key.wrapping_mul(0x9E37_79B1) >> (32 - Self::BITS)) as usize;
+        if self.keys[slot] != key {
+            self.keys[slot] = key;
+            self.values[slot] = convert([r, g, b]);
+        }
+        self.values[slot]
     }
 }
 
@@ -97,6 +130,41 @@ pub fn hsv_to_rgb(h: u8, s: u8, v: u8) -> [u8; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The jitter is the per-pixel definition with the offsets it drew, for every colour.
+    #[test]
+    fn jitter_converts_every_colour_as_the_per_pixel_definition() {
+        use rand::SeedableRng;
+        let colours: Vec<u8> = (0..1u32 << 24).flat_map(|c| [(c >> 16) as u8, (c >> 8) as u8, c as u8]).collect();
+        let mut tested = 0;
+        for seed in 0..40u64 {
+            // The offsets jitter draws, replayed on a clone of the generator.
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut probe = rng.clone();
+            let mut offsets = [0i32; 3];
+            for (o, g) in offsets.iter_mut().zip(GAINS) {
+                let v = probe.random_range(-1.0f32..1.0) * g;
+                *o = (v * probe.random_range(0..2) as f32) as i32;
+            }
+            if offsets == [0, 0, 0] || tested == 3 {
+                continue;
+            }
+            tested += 1;
+            let mut img = RgbImage::from_raw(4096, 4096, colours.clone()).unwrap();
+            jitter(&mut img, &mut rng);
+            for (c, px) in img.as_raw().chunks_exact(3).enumerate() {
+                let rgb = [(c >> 16) as u8, (c >> 8) as u8, c as u8];
+                let (h, s, v) = rgb_to_hsv(rgb);
+                let want = hsv_to_rgb(
+                    (h as i32 + offsets[0]).rem_euclid(180) as u8,
+                    (s as i32 + offsets[1]).clamp(0, 255) as u8,
+                    (v as i32 + offsets[2]).clamp(0, 255) as u8,
+                );
+                assert_eq!(px, want, "colour {rgb:?} with offsets {offsets:?}");
+            }
+        }
+        assert_eq!(tested, 3);
+    }
 
     #[test]
     fn opencv_scales_and_round_trip() {

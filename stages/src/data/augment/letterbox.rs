@@ -24,6 +24,23 @@ pub fn apply(img: &RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (Rgb
     (out, r)
 }
 
+/// [`apply`] taking the image: one already at the training size (a mosaic's output) is returned
+/// as it is instead of copied.
+pub fn apply_owned(img: RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (RgbImage, f32) {
+    if (img.width(), img.height()) == (width, height) {
+        return (img, 1.0);
+    }
+    apply(&img, boxes, height, width)
+}
+
+/// The boxes' sides after [`apply`] to an image of `size` (what its tiny-box filter sees),
+/// without letterboxing: the same float operations, so the same decisions.
+pub fn scaled_sides(boxes: &Boxes, (img_w, img_h): (u32, u32), height: u32, width: u32) -> impl Iterator<Item = (f32, f32)> + '_ {
+    let (r, nw, nh) = fit(img_w, img_h, height, width);
+    let same = (nw, nh) == (width, height) && (img_w, img_h) == (width, height);
+    boxes.xyxy.iter().map(move |b| if same { (b[2] - b[0], b[3] - b[1]) } else { (b[2] * r - b[0] * r, b[3] * r - b[1] * r) })
+}
+
 /// Maps a box of the letterboxed image back to the original image's pixels.
 pub fn unapply(xyxy: [f32; 4], r: f32, orig_w: u32, orig_h: u32) -> [f32; 4] {
     [
