@@ -119,3 +119,38 @@ fn normalise(boxes: &Boxes, height: u32, width: u32) -> Vec<[f32; 5]> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn augment() -> Augment {
+        Augment { mosaic_prob: 0.0, degrees: 0.0, translate: 0.0, scale: [1.0, 1.0], shear: 0.0, hsv_prob: 1.0, flip_prob: 1.0, flipud: 0.0 }
+    }
+
+    fn picture(w: u32, h: u32) -> RgbImage {
+        RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 3 + y) as u8, (x * y % 251) as u8, (200 - (x + y) % 150) as u8]))
+    }
+
+    /// Boxes that the letterbox shrinks below a pixel send the sample back to its image before
+    /// HSV and flips, with those boxes (LibreYOLO's fallback); boxes that survive keep the
+    /// augmentation. Both from one image twice the training size (letterbox ratio 1/2).
+    #[test]
+    fn a_sample_whose_boxes_all_vanish_falls_back_to_the_unaugmented_image() {
+        let img = picture(128, 96);
+        let plain = letterbox::apply(&img, &mut Boxes::default(), 48, 64).0;
+        let tiny = Boxes { xyxy: vec![[10.0, 10.0, 11.5, 11.5]], cls: vec![3] };
+        let large = Boxes { xyxy: vec![[10.0, 10.0, 60.0, 50.0]], cls: vec![3] };
+        for seed in 0..8u64 {
+            let fallback = finish(img.clone(), tiny.clone(), &augment(), (48, 64), 0, &mut rand::rngs::StdRng::seed_from_u64(seed));
+            assert_eq!(fallback.image.as_raw(), plain.as_raw(), "seed {seed}: the fallback is the plain letterbox");
+            assert_eq!(fallback.targets.len(), 1);
+            assert_eq!(fallback.targets[0][0], 3.0);
+            let kept = finish(img.clone(), large.clone(), &augment(), (48, 64), 0, &mut rand::rngs::StdRng::seed_from_u64(seed));
+            assert_ne!(kept.image.as_raw(), plain.as_raw(), "seed {seed}: a surviving box keeps the flip");
+            // Flipped in the 128-px image (x 10..60 -> 68..118), then halved: 34..59.
+            assert!((kept.targets[0][1] - 34.0 / 64.0).abs() < 1e-6 && (kept.targets[0][3] - 59.0 / 64.0).abs() < 1e-6, "{:?}", kept.targets);
+        }
+    }
+}

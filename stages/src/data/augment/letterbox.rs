@@ -33,7 +33,7 @@ pub fn apply_owned(img: RgbImage, boxes: &mut Boxes, height: u32, width: u32) ->
     apply(&img, boxes, height, width)
 }
 
-/// The boxes' sides after [`apply`] to an image of `size` (what its tiny-box filter sees),
+/// The boxes' sides after [`apply`] to an image of `img_w` x `img_h` (what the tiny-box filter sees),
 /// without letterboxing: the same float operations, so the same decisions.
 pub fn scaled_sides(boxes: &Boxes, (img_w, img_h): (u32, u32), height: u32, width: u32) -> impl Iterator<Item = (f32, f32)> + '_ {
     let (r, nw, nh) = fit(img_w, img_h, height, width);
