@@ -151,8 +151,22 @@ pub enum SumStrategy {
     Autotune,
 }
 
+/// libreyolo-run patch: with `BURN_DETERMINISTIC_SUM=1` a full sum always takes the chained
+/// reduction. The one-shot kernels (and autotune may pick them) add each cube's partial sum to
+/// the output with a float atomic, in whatever order the cubes finish, so two runs of the same
+/// training differ in the last bits and then drift apart.
+pub const DETERMINISTIC_SUM_ENV: &str = "BURN_DETERMINISTIC_SUM";
+
+fn deterministic_sum() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(DETERMINISTIC_SUM_ENV).is_ok_and(|v| v == "1"))
+}
+
 impl Default for SumStrategy {
     fn default() -> Self {
+        if deterministic_sum() {
+            return Self::Chained(Default::default());
+        }
         #[cfg(feature = "autotune")]
         return Self::Autotune;
 
