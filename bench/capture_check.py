@@ -35,7 +35,7 @@ MODES = {
     # operation order grow over the steps.
     "whole_step_uncaptured": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
-# (captured run, the eager run it is compared with)
+# (run, the run it is compared with)
 PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
@@ -86,13 +86,13 @@ def main():
     print("| run | against | capture log | loss terms max rel diff | tensors equal | max abs diff | max rel diff (tensor) |")
     print("|---|---|---|---:|---:|---:|---|")
     for mode, base in pairs:
-        eager = read_safetensors(os.path.join(out, base, "weights", "last.safetensors"))
-        eager_loss = losses(os.path.join(out, base))
+        base_tensors = read_safetensors(os.path.join(out, base, "weights", "last.safetensors"))
+        base_loss = losses(os.path.join(out, base))
         other = read_safetensors(os.path.join(out, mode, "weights", "last.safetensors"))
         loss = losses(os.path.join(out, mode))
-        loss_rel = max(abs(loss[k] - v) / max(abs(v), 1e-12) for k, v in eager_loss.items())
+        loss_rel = max(abs(loss[k] - v) / max(abs(v), 1e-12) for k, v in base_loss.items())
         worst_abs, worst_rel, worst_name, equal = 0.0, 0.0, "", 0
-        for name, a in eager.items():
+        for name, a in base_tensors.items():
             b = other[name]
             d = np.abs(a - b).max() if a.size else 0.0
             rel = d / max(np.abs(a).max(), 1e-12) if a.size else 0.0
@@ -103,16 +103,16 @@ def main():
         report["pairs"][f"{mode} vs {base}"] = {
             "capture_log": logs[mode],
             "losses": loss,
-            "base_losses": eager_loss,
+            "base_losses": base_loss,
             "loss_max_rel_diff": loss_rel,
-            "tensors": len(eager),
+            "tensors": len(base_tensors),
             "tensors_equal": equal,
             "max_abs_diff": worst_abs,
             "max_rel_diff": worst_rel,
             "max_rel_tensor": worst_name,
         }
         log = "; ".join(logs[mode]) or "(no capture line)"
-        print(f"| {mode} | {base} | {log[:60]} | {loss_rel:.2e} | {equal}/{len(eager)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
+        print(f"| {mode} | {base} | {log[:60]} | {loss_rel:.2e} | {equal}/{len(base_tensors)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
     with open(os.path.join(out, "capture_check.json"), "w") as f:
         json.dump(report, f, indent=1)
 

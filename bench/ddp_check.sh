@@ -42,16 +42,17 @@ for name in $runs; do
     tail -n 4 "$work/$name/train.log" 2>/dev/null
 done
 # The same on two processes, as torchrun starts them (rank 0 serves NCCL's identifier).
-case " $runs " in *" procs "*) ;; *) python3 bench/ddp_compare.py "$work" > "$OUT/ddp_check.txt" 2>&1; cat "$OUT/ddp_check.txt"; exit 0 ;; esac
-echo "[ddp_check $(date +%T)] procs: RANK=0,1 WORLD_SIZE=2"
-start=$(date +%s)
-for rank in 0 1; do
-    RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 \
-        timeout "$limit" "$BIN" "${common[@]}" name=procs > "$work/procs_$rank.log" 2>&1 &
-done
-wait
-echo "[ddp_check] after $(( $(date +%s) - start ))s (procs)"
-for r in 0 1; do grep -v "Tuning\|━\|autotune\|DEBUG" "$work/procs_$r.log" | tail -n 6; grep DEBUG "$work/procs_$r.log" | tail -n 1; done
+if [[ " $runs " == *" procs "* ]]; then
+    echo "[ddp_check $(date +%T)] procs: RANK=0,1 WORLD_SIZE=2"
+    start=$(date +%s)
+    for rank in 0 1; do
+        RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 \
+            timeout "$limit" "$BIN" "${common[@]}" name=procs > "$work/procs_$rank.log" 2>&1 &
+    done
+    wait
+    echo "[ddp_check] after $(( $(date +%s) - start ))s (procs)"
+    for r in 0 1; do grep -v "Tuning\|━\|autotune\|DEBUG" "$work/procs_$r.log" | tail -n 6; grep DEBUG "$work/procs_$r.log" | tail -n 1; done
+fi
 python3 bench/ddp_compare.py "$work" > "$OUT/ddp_check.txt" 2>&1
 cat "$OUT/ddp_check.txt"
 (cd "$work" && find . \( -name '*.csv' -o -name '*.log' -o -name train.log \) -print0 | tar --null -cf - -T - | xz -T0 -3 > "$OUT/ddp_check.tar.xz")

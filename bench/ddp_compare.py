@@ -8,8 +8,9 @@ against).
     python3 bench/ddp_compare.py WORK
 
 Prints the per-step loss table (first steps, then every 8th), the largest per-step relative
-difference over the first 50 steps, the largest difference of the epoch means (the stated
-tolerance: 1%), and the throughput of epochs 2+ (the first carries the warm-up) with the scaling.
+difference over the first 50 steps, the largest difference of the epoch means (to be read
+against the one-GPU repeat's), and the throughput of epochs 2+ (the first carries the warm-up)
+with the scaling.
 """
 import csv
 import os
@@ -25,6 +26,10 @@ def rows(work, name, file):
 
 def rel(a, b, keys):
     return max(abs(float(a[k]) - float(b[k])) / max(abs(float(a[k])), 1e-9) for k in keys)
+
+
+def losses(r):
+    return " / ".join(f"{float(r[k]):.4f}" for k in KEYS)
 
 
 def epoch_gap(a, b):
@@ -46,8 +51,7 @@ def main():
     print("|---:|---|---|---:|")
     for i, (a, b) in enumerate(zip(one, two)):
         if i < 10 or i % 8 == 0:
-            fmt = lambda r: " / ".join(f"{float(r[k]):.4f}" for k in KEYS)
-            print(f"| {i} | {fmt(a)} | {fmt(b)} | {rel(a, b, KEYS):.2e} |")
+            print(f"| {i} | {losses(a)} | {losses(b)} | {rel(a, b, KEYS):.2e} |")
     print()
     for name, other in (("one GPU again", again), ("two GPUs (threads)", two), ("two processes", procs)):
         first = [rel(a, b, KEYS) for a, b in list(zip(one, other))[:50]]

@@ -2,13 +2,14 @@
 # Issue #11 diagnosis on nvidia-h200-x2: one epoch on two GPUs with sync_bn=false, then with
 # sync_bn=true, each with every replica's stage trace (LIBREYOLO_LOG=...=debug) so a hang shows
 # which collective one rank reached and the other did not, and the threads' stacks when it is
-# still running at the end. BIN=the binary; runs under scripts/gpu.sh remote 'sh:...'.
+# still running at the end (the stall watchdog waits longer than the limit, or it would exit
+# before the stacks are taken). BIN=the binary; runs under scripts/gpu.sh remote 'sh:...'.
 #   bash bench/ddp_diagnose.sh [LIMIT_S_PER_RUN [KEY=VALUE ...]]
 limit=${1:-150}
 shift $(( $# > 1 ? 1 : $# ))
 nccl=$(find /usr/lib /usr/local -name 'libnccl.so*' 2>/dev/null | head -n 1)
 mkdir -p /tmp/nccl && ln -sf "$nccl" /tmp/nccl/libnccl.so; export LD_LIBRARY_PATH=/tmp/nccl
-export LIBREYOLO_LOG=info,libreyolo_run::train=debug LIBREYOLO_DDP_STALL_S=$((limit - 30)) NCCL_DEBUG=WARN
+export LIBREYOLO_LOG=info,libreyolo_run::train=debug LIBREYOLO_DDP_STALL_S=$((limit + 60)) NCCL_DEBUG=WARN
 D="manifests/yolo9t.toml data=$PWD/.gpu/coco128/coco128.yaml cache=ram batch=16 epochs=1 val.enabled=false augment.no_aug_epochs=0 project=/tmp/dg exist_ok=true device=0,1 $*"
 clog=${LIBREYOLO_KERNEL_CACHE:-/tmp}/compilations.log; touch $clog
 for run in a:false b:true; do

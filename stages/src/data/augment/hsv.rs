@@ -7,13 +7,19 @@ use rand::Rng;
 
 const GAINS: [f32; 3] = [5.0, 30.0, 30.0];
 
-pub fn jitter(img: &mut RgbImage, rng: &mut impl Rng) {
+/// The H, S, V offsets of one jitter: `U(-1, 1) * gain`, each kept with probability 1/2.
+fn draw_offsets(rng: &mut impl Rng) -> [i32; 3] {
     let mut offsets = [0i32; 3];
     for (o, g) in offsets.iter_mut().zip(GAINS) {
         let v = rng.random_range(-1.0f32..1.0) * g;
         let keep = rng.random_range(0..2);
         *o = (v * keep as f32) as i32; // truncation toward zero, like astype(int16)
     }
+    offsets
+}
+
+pub fn jitter(img: &mut RgbImage, rng: &mut impl Rng) {
+    let offsets = draw_offsets(rng);
     if offsets == [0, 0, 0] {
         return;
     }
@@ -140,12 +146,7 @@ mod tests {
         for seed in 0..40u64 {
             // The offsets jitter draws, replayed on a clone of the generator.
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let mut probe = rng.clone();
-            let mut offsets = [0i32; 3];
-            for (o, g) in offsets.iter_mut().zip(GAINS) {
-                let v = probe.random_range(-1.0f32..1.0) * g;
-                *o = (v * probe.random_range(0..2) as f32) as i32;
-            }
+            let offsets = draw_offsets(&mut rng.clone());
             if offsets == [0, 0, 0] || tested == 3 {
                 continue;
             }

@@ -9,10 +9,10 @@ use crate::data::image::{fit, resize};
 
 /// The letterboxed image and the ratio `r` (boxes scale by `r`, no offset).
 pub fn apply(img: &RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (RgbImage, f32) {
-    let (r, nw, nh) = fit(img.width(), img.height(), height, width);
-    if (nw, nh) == (width, height) && (img.width(), img.height()) == (width, height) {
-        return (img.clone(), r); // already the training size (mosaic output): nothing to do
+    if at_size(img.dimensions(), height, width) {
+        return (img.clone(), 1.0); // already the training size (mosaic output): nothing to do
     }
+    let (r, nw, nh) = fit(img.width(), img.height(), height, width);
     let resized = resize(img, nw, nh);
     let mut out = RgbImage::from_pixel(width, height, image::Rgb([FILL; 3]));
     image::imageops::replace(&mut out, &resized, 0, 0);
@@ -27,17 +27,23 @@ pub fn apply(img: &RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (Rgb
 /// [`apply`] taking the image: one already at the training size (a mosaic's output) is returned
 /// as it is instead of copied.
 pub fn apply_owned(img: RgbImage, boxes: &mut Boxes, height: u32, width: u32) -> (RgbImage, f32) {
-    if (img.width(), img.height()) == (width, height) {
+    if at_size(img.dimensions(), height, width) {
         return (img, 1.0);
     }
     apply(&img, boxes, height, width)
 }
 
+/// Whether an image of `(w, h)` is already the training size: letterboxing leaves it (and its
+/// boxes) as it is, ratio 1.
+fn at_size((w, h): (u32, u32), height: u32, width: u32) -> bool {
+    (w, h) == (width, height)
+}
+
 /// The boxes' sides after [`apply`] to an image of `img_w` x `img_h` (what the tiny-box filter sees),
 /// without letterboxing: the same float operations, so the same decisions.
 pub fn scaled_sides(boxes: &Boxes, (img_w, img_h): (u32, u32), height: u32, width: u32) -> impl Iterator<Item = (f32, f32)> + '_ {
-    let (r, nw, nh) = fit(img_w, img_h, height, width);
-    let same = (nw, nh) == (width, height) && (img_w, img_h) == (width, height);
+    let same = at_size((img_w, img_h), height, width);
+    let (r, _, _) = fit(img_w, img_h, height, width);
     boxes.xyxy.iter().map(move |b| if same { (b[2] - b[0], b[3] - b[1]) } else { (b[2] * r - b[0] * r, b[3] * r - b[1] * r) })
 }
 
