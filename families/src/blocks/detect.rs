@@ -9,7 +9,7 @@
 //! ```
 
 use burn::tensor::activation::{sigmoid, softmax};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{FloatDType, Tensor, TensorData};
 
 use super::conv::{Conv, Conv2d, ConvShape};
 use crate::ctx::Ctx;
@@ -90,14 +90,15 @@ impl DDetect {
 
     /// Inference decode: `(B, 4 + nc, A)` with xyxy boxes in input pixels and sigmoid scores.
     /// Anchors are `(x + 0.5, y + 0.5)` grid cells, scale by scale, row-major; each side's
-    /// distance is the expectation of its softmaxed bins.
+    /// distance is the expectation of its softmaxed bins. Always in f32, whatever the maps'
+    /// dtype: a bf16 box coordinate near 640 px is only good to 4 px, and the anchors are f32.
     pub fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
         let device = maps[0].device();
         let (mut boxes, mut scores) = (vec![], vec![]);
         let (mut anchor_xy, mut anchor_stride) = (vec![], vec![]);
         for (map, &stride) in maps.iter().zip(&self.strides) {
             let [b, c, h, w] = map.dims();
-            let flat = map.clone().reshape([b, c, h * w]);
+            let flat = map.clone().cast(FloatDType::F32).reshape([b, c, h * w]);
             let mut parts = flat.split_with_sizes(vec![4 * self.reg_max, self.nc], 1);
             scores.push(parts.pop().expect("two parts"));
             boxes.push(parts.pop().expect("two parts"));
@@ -132,4 +133,32 @@ impl DDetect {
 
 fn round_up(value: usize, divisor: usize) -> usize {
     value.div_ceil(divisor) * divisor
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+
+    use super::*;
+    use crate::params::BuildState;
+
+    /// Maps computed in bf16 (AMP) decode in f32, to what their f32 values decode to: the
+    /// anchors are f32, and a fused backend refuses a binary op across dtypes.
+    #[test]
+    fn bf16_maps_decode_in_f32() {
+        let device = Device::flex();
+        let mut state = BuildState::new(0);
+        let head = DDetect::new(&mut state.builder(&device), &[16, 32], 3, 4, vec![8, 16]);
+        let maps: Vec<Tensor<4>> = [(8, 8), (4, 4)]
+            .iter()
+            .map(|&(h, w)| Tensor::<4>::random([2, 4 * 4 + 3, h, w], Distribution::Normal(0.0, 1.0), &device).cast(FloatDType::BF16))
+            .collect();
+        let from_bf16 = head.decode(&maps);
+        let as_f32: Vec<Tensor<4>> = maps.iter().map(|m| m.clone().cast(FloatDType::F32)).collect();
+        let from_f32 = head.decode(&as_f32);
+        assert_eq!(from_bf16.dims(), [2, 4 + 3, 8 * 8 + 4 * 4]);
+        assert_eq!(from_bf16.dtype(), from_f32.dtype());
+        let err: f32 = from_bf16.sub(from_f32).abs().max().into_scalar();
+        assert!(err == 0.0, "bf16 maps decode to their f32 values' boxes; max |diff| = {err}");
+    }
 }
