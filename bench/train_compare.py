@@ -4,7 +4,7 @@ libreyolo-run with the same schedule, on the same machine, in the same run; prin
 both at every validation and writes a JSON under OUT.
 
     python3 bench/train_compare.py BIN DATA_YAML OUT [--epochs 100] [--batch 16] [--imgsz 640]
-        [--dtype bf16] [--workers 8] [--limit 540] [--device cuda] [--sequential]
+        [--dtype bf16] [--workers 8] [--seed 0] [--limit 540] [--device cuda] [--sequential]
         [-- extra key=value settings for libreyolo-run]
 
 Both engines keep their defaults for everything the issue does not name (LibreYOLO 1.6's YOLOv9
@@ -12,8 +12,8 @@ schedule: SGD, warm-up 3 epochs, linear schedule, no_aug_epochs 15, EMA, validat
 epochs and after the last). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
 step captured): graphs change speed, not arithmetic. By default the two trainings run at the
 same time on the one GPU, so both fit one device call; their wall times are then shared-GPU
-times, not step times (bench/compare.py measures those). `--limit` stops both; what they
-validated until then is still reported.
+times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
+engine stops the other; what they validated until then is still reported.
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
 (docs/performance.md); nothing is downloaded.
@@ -34,11 +34,11 @@ LIBREYOLO_TRAIN = r"""
 import json, sys, time, torch
 from libreyolo import LibreYOLO9
 args = json.loads(sys.argv[1])
-torch.manual_seed(0)
+torch.manual_seed(args["seed"])
 model = LibreYOLO9(None, size="t", nb_classes=80, device=args["device"])
 t0 = time.time()
 result = model.train(data=args["data"], epochs=args["epochs"], batch=args["batch"], imgsz=args["imgsz"],
-                     device=args["device"], workers=args["workers"], seed=0, project=args["project"], name="libreyolo",
+                     device=args["device"], workers=args["workers"], seed=args["seed"], project=args["project"], name="libreyolo",
                      exist_ok=True, amp=args["amp"], amp_dtype=args["amp_dtype"], cuda_graph=args["graph"], cache="ram")
 print("LIBREYOLO_RESULT " + json.dumps({"wall_s": time.time() - t0, "result": result}, default=str), flush=True)
 """
@@ -47,7 +47,7 @@ print("LIBREYOLO_RESULT " + json.dumps({"wall_s": time.time() - t0, "result": re
 def libreyolo_command(args, out):
     amp = args.dtype != "f32" and args.device != "cpu"
     settings = dict(data=args.data, epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
-                    workers=args.workers, project=out, amp=amp,
+                    workers=args.workers, seed=args.seed, project=out, amp=amp,
                     amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
                     graph=args.device != "cpu")
     return [sys.executable, "-c", LIBREYOLO_TRAIN, json.dumps(settings)]
@@ -57,7 +57,7 @@ def ours_command(args, out):
     device = "cpu" if args.device == "cpu" else "0"
     cmd = [args.bin, "train", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
            f"batch={args.batch}", f"imgsz={args.imgsz}", f"epochs={args.epochs}", f"workers={args.workers}",
-           "cache=ram", "seed=0", f"project={out}", "name=ours", "exist_ok=true"]
+           "cache=ram", f"seed={args.seed}", f"project={out}", "name=ours", "exist_ok=true"]
     if args.dtype != "f32":
         cmd.append(f"precision.dtype={args.dtype}")
     if args.device != "cpu":
@@ -93,6 +93,7 @@ def main():
     p.add_argument("--imgsz", type=int, default=640)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0, help="both engines' seed (initialisation, augmentation)")
     p.add_argument("--limit", type=int, default=540, help="seconds before both trainings are stopped")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--sequential", action="store_true", help="run LibreYOLO first, then ours")
@@ -117,22 +118,35 @@ def main():
             except subprocess.TimeoutExpired:
                 procs[engine][0].terminate()
             walls[engine] = time.time() - procs[engine][1]
-    for engine, (proc, start) in procs.items():
-        if engine in walls:
-            continue
+    # Concurrent runs: poll both; a failing engine stops the other (the comparison is void and
+    # device time is scarce), the limit stops both.
+    def stop(engine, why):
+        print(f"[train_compare] {engine} stopped: {why}", flush=True)
+        proc = procs[engine][0]
+        proc.terminate()  # SIGTERM: ours saves `last` like Ctrl-C
         try:
-            proc.wait(timeout=max(1, deadline - time.time()))
+            proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            print(f"[train_compare] {engine} stopped at the {args.limit} s limit", flush=True)
-            proc.terminate()  # SIGTERM: ours saves `last` like Ctrl-C
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        walls[engine] = time.time() - start
+            proc.kill()
+
+    while any(e not in walls for e in procs):
+        for engine, (proc, start) in procs.items():
+            if engine not in walls and proc.poll() is not None:
+                walls[engine] = time.time() - start
+                if proc.returncode != 0:
+                    for other in procs:
+                        if other not in walls:
+                            stop(other, f"{engine} failed with exit code {proc.returncode}")
+                            walls[other] = time.time() - procs[other][1]
+        if time.time() > deadline:
+            for engine in procs:
+                if engine not in walls:
+                    stop(engine, f"the {args.limit} s limit")
+                    walls[engine] = time.time() - procs[engine][1]
+        time.sleep(1)
 
     report = {"date": datetime.date.today().isoformat(), "issue": 7, "epochs": args.epochs, "batch": args.batch,
-              "imgsz": args.imgsz, "dtype": args.dtype, "concurrent": not args.sequential, "engines": {}}
+              "imgsz": args.imgsz, "dtype": args.dtype, "seed": args.seed, "concurrent": not args.sequential, "engines": {}}
     print(f"\nYOLOv9-t from scratch, {args.epochs} epochs, batch {args.batch}, {args.imgsz} px, {args.dtype}, "
           f"{'one after the other' if args.sequential else 'both at once on one GPU'}\n")
     print("| engine | exit | wall s | validated epochs | final mAP50-95 | final mAP50 | best mAP50-95 |")
@@ -151,7 +165,7 @@ def main():
     ours = {e: a for e, a, _ in report_rows(report, "libreyolo-run")}
     for e in sorted(set(lib) | set(ours)):
         print(f"  epoch {e}: {lib.get(e, float('nan')):.4f} / {ours.get(e, float('nan')):.4f}")
-    path = os.path.join(out, f"train-compare-{report['date']}.json")
+    path = os.path.join(out, f"train-compare-{report['date']}-seed{args.seed}.json")
     json.dump(report, open(path, "w"), indent=1)
     print(f"\nwrote {path}")
 
