@@ -33,10 +33,11 @@ MODES = {
     # run eager: the threshold is never reached. What the replay must reproduce exactly where
     # the kernels are deterministic; against plain eager, ulp-level differences of a different
     # operation order grow over the steps.
+    "two_graphs_uncaptured": ["cuda_graph=true", "capture.threshold=1000000"],
     "whole_step_uncaptured": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
 # (run, the run it is compared with)
-PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager")]
+PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 

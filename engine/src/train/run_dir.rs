@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
+/// The per-epoch and per-step records and their plots, which belong to one run.
+const RECORDS: [&str; 5] = ["results.csv", "metrics.jsonl", "steps.csv", "losses.png", "map.png"];
+
 pub struct RunDir {
     pub path: PathBuf,
     log: File,
@@ -63,6 +66,18 @@ impl RunDir {
             anyhow::bail!("resume=true, but {} has no weights/last.safetensors to resume from", path.display());
         }
         std::fs::create_dir_all(path.join("weights")).with_context(|| format!("creating {}", path.display()))?;
+        if !resume {
+            // A fresh run reusing a directory (`exist_ok`) starts its records afresh, as
+            // LibreYOLO rewrites results.csv: appending would mix two runs' epochs in one table.
+            for stale in RECORDS {
+                match std::fs::remove_file(path.join(stale)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e).with_context(|| format!("removing the previous run's {}", path.join(stale).display()));
+                    }
+                    _ => {}
+                }
+            }
+        }
         let log = OpenOptions::new().create(true).append(true).open(path.join("train.log"))?;
         Ok(Self { path, log })
     }
@@ -129,5 +144,36 @@ impl RunDir {
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch(epoch: usize) -> EpochRecord {
+        EpochRecord { epoch, box_loss: 1.0, ..Default::default() }
+    }
+
+    /// `exist_ok` reuses the directory but not the previous run's records; resuming keeps them.
+    #[test]
+    fn a_fresh_run_in_a_reused_directory_starts_its_records_afresh() {
+        let project = tempfile::tempdir().unwrap();
+        let first = RunDir::create(project.path(), "run", true, false).unwrap();
+        first.record(&epoch(0)).unwrap();
+        first.record(&epoch(1)).unwrap();
+        first.record_steps(1, &[StepRecord::default()]).unwrap();
+        std::fs::write(first.weights("last"), b"weights").unwrap();
+
+        let resumed = RunDir::create(project.path(), "run", true, true).unwrap();
+        assert_eq!(resumed.records().len(), 2, "resuming keeps the records");
+
+        let fresh = RunDir::create(project.path(), "run", true, false).unwrap();
+        assert_eq!(fresh.path, first.path);
+        assert!(fresh.records().is_empty(), "the previous run's epochs are gone");
+        assert!(!fresh.path.join("steps.csv").exists() && !fresh.path.join("results.csv").exists());
+        fresh.record(&epoch(0)).unwrap();
+        let csv = std::fs::read_to_string(fresh.path.join("results.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 2, "a header and one row:\n{csv}");
     }
 }
