@@ -152,3 +152,45 @@ fn patience_stops_a_run_that_no_longer_improves() {
     assert_eq!(csv_rows(&run).len(), 3, "epochs 1-3 recorded, then stopped");
     assert!(run.join("weights/last.safetensors").exists());
 }
+
+/// `val` scores a checkpoint exactly as the training's validation scored the same weights: one
+/// epoch validated with a confidence low enough for an untrained head to give detections, then
+/// `val` on `best` (the EMA weights of that epoch) with the same settings.
+#[test]
+fn val_reproduces_the_training_validation_of_its_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = small(dir.path(), "run", 1);
+    args.push("val.conf=0.00001".into());
+    let out = bin().args(&args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = dir.path().join("run");
+    let row = &csv_rows(&run)[0];
+    let trained: Vec<f64> = row[7..10].iter().map(|v| v.parse().unwrap()).collect();
+    assert!(trained[1] > 0.0, "the untrained head found nothing to score: {row:?}");
+
+    let json = dir.path().join("val.json");
+    let detections = dir.path().join("predictions.json");
+    let mut val_args: Vec<String> = vec!["val".into()];
+    val_args.extend(args.iter().filter(|a| !a.starts_with("project=") && !a.starts_with("name=") && !a.starts_with("epochs=")).cloned());
+    val_args.push(format!("weights={}", run.join("weights/best.safetensors").display()));
+    val_args.push(format!("json={}", json.display()));
+    val_args.push(format!("save_json={}", detections.display()));
+    let out = bin().args(&val_args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let metrics: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (i, key) in ["metrics/mAP50-95", "metrics/mAP50", "metrics/mAP75"].iter().enumerate() {
+        let v = metrics["metrics"][key].as_f64().unwrap();
+        assert!((v - trained[i]).abs() < 1e-6, "{key}: val {v} vs training {}\n{stdout}", trained[i]);
+    }
+    let dets: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&detections).unwrap()).unwrap();
+    assert_eq!(dets.len() as u64, metrics["detections"].as_u64().unwrap());
+    assert!(dets.iter().all(|d| d["bbox"].as_array().map(|b| b.len()) == Some(4) && d["score"].as_f64().unwrap() > 0.00001));
+
+    // A class count the dataset does not have is refused, as training refuses it.
+    let mut wrong = val_args.clone();
+    wrong.push("model.nc=3".into());
+    let out = bin().args(&wrong).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("model.nc = 3 but the dataset"), "{}", String::from_utf8_lossy(&out.stderr));
+}

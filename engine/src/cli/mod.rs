@@ -7,6 +7,7 @@ mod dry_run;
 mod parity;
 mod predict;
 mod profile;
+mod val;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ enum Command {
     Predict(predict::PredictArgs),
     /// Profile training steps (phases, kernels, verdict) or read a profile.json.
     Profile(profile::ProfileArgs),
+    /// COCO mAP of weights (ours or LibreYOLO's) on the dataset's val split.
+    Val(val::ValArgs),
 }
 
 #[derive(Debug, Args)]
@@ -74,6 +77,7 @@ pub fn main() -> ExitCode {
         Some(Command::Data(args)) => data::run(&args),
         Some(Command::Predict(args)) => predict::run(&args),
         Some(Command::Profile(args)) => profile::run(&args),
+        Some(Command::Val(args)) => val::run(&args),
         Some(Command::Train(args)) => train(&args),
         None => train(&cli.train),
     };

@@ -412,7 +412,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
                 "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
                 stats[0].max(0.0),
                 stats[1].max(0.0),
-                n,
+                n.len(),
                 t.elapsed().as_secs_f64()
             );
             record.map = Some(stats);

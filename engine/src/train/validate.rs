@@ -12,15 +12,16 @@ use libreyolo_stages::val::nms::{self, NmsConfig};
 
 use super::step::upload;
 
-/// COCO stats (`coco::STAT_NAMES` order) on the loader's split, with `forward` mapping a batch
-/// of images to decoded predictions (eager, or through a captured graph).
+/// COCO stats (`coco::STAT_NAMES` order) on the loader's split and the detections they score,
+/// with `forward` mapping a batch of images to decoded predictions (eager, or through a
+/// captured graph).
 pub fn validate(
     head: &DDetect,
     loader: &Loader,
     device: &Device,
     nms_cfg: &NmsConfig,
     forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>,
-) -> anyhow::Result<([f64; 12], usize)> {
+) -> anyhow::Result<([f64; 12], Vec<Detection>)> {
     let ds: &Arc<Dataset> = loader.dataset();
     let cfg = loader.config();
     let mut dets: Vec<Detection> = vec![];
@@ -41,6 +42,5 @@ pub fn validate(
         }
     }
     let gts = libreyolo_stages::val::ground_truth(ds);
-    let n = dets.len();
-    Ok((coco::evaluate(ds.len(), head.nc, &gts, &dets), n))
+    Ok((coco::evaluate(ds.len(), head.nc, &gts, &dets), dets))
 }

@@ -1,0 +1,117 @@
+//! `libreyolo-run val MANIFEST weights=PATH [json=PATH] [save_json=PATH] [key=value ...]`: COCO mAP of a set of
+//! weights on the dataset's `val` split, exactly as validation during training computes it
+//! (letterbox, eval forward in the manifest's compute dtype, multi-label candidates,
+//! class-aware NMS, COCO evaluation), like LibreYOLO's `model.val(data=...)`.
+//!
+//! `weights` takes our checkpoints (their EMA weights), safetensors state dicts with
+//! LibreYOLO's key names, and LibreYOLO's own `.pt` checkpoints, so one validator can score
+//! both engines' weights. Every other `key=value` is a manifest setting (`data`, `imgsz`,
+//! `batch`, `device`, `precision.dtype`, `precision.amp=false` for f32, `val.conf`, ...).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::Failure;
+use crate::data::{self, Split};
+use crate::manifest::{self, KeyPath, Part};
+use crate::train::{nominal_batch, precision::Precision, validate};
+use libreyolo_stages::val::coco::STAT_NAMES;
+use libreyolo_stages::val::nms::NmsConfig;
+
+#[derive(Debug, Args)]
+pub struct ValArgs {
+    /// The manifest describing the network and the dataset (e.g. manifests/yolo9t.toml).
+    #[arg(value_name = "MANIFEST")]
+    manifest: PathBuf,
+    /// `weights=PATH` (required), `json=PATH` (the metrics as JSON), `save_json=PATH` (every
+    /// detection, in LibreYOLO's predictions.json form), and manifest settings.
+    #[arg(value_name = "KEY=VALUE")]
+    settings: Vec<String>,
+}
+
+pub fn run(args: &ValArgs) -> Result<(), Failure> {
+    let (mut json, mut save_json) = (None, None);
+    let overrides: Vec<String> = args
+        .settings
+        .iter()
+        .filter(|s| match s.split_once('=') {
+            Some(("json", path)) => {
+                json = Some(PathBuf::from(path));
+                false
+            }
+            Some(("save_json", path)) => {
+                save_json = Some(PathBuf::from(path));
+                false
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect();
+    let loaded = manifest::load(&args.manifest, &overrides)?;
+    let m = &loaded.manifest;
+    let Some(weights) = m.model.weights.clone() else {
+        return Err(anyhow::anyhow!(
+            "val needs `weights=PATH` (a checkpoint such as runs/train/exp/weights/best.safetensors, a state dict with LibreYOLO's key names, or a LibreYOLO .pt)"
+        )
+        .into());
+    };
+    crate::kernel_cache::configure();
+    let resolved = crate::device::resolve(&m.run.device).map_err(|msg| loaded.source.error_at(&KeyPath::dotted("run.device"), Part::Value, msg))?;
+    let device = resolved.devices().remove(0);
+    let cfg = data::config(&loaded)?;
+    let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
+    if nc != cfg.nc() {
+        return Err(anyhow::anyhow!("model.nc = {nc} but the dataset `{}` has {} classes", cfg.yaml.display(), cfg.nc()).into());
+    }
+    if let Ok(state) = crate::train::checkpoint::read_state(&weights)
+        && state.nc != nc
+    {
+        return Err(anyhow::anyhow!("weights={} were trained for {} classes, but the dataset `{}` has {nc}", weights.display(), state.nc, cfg.yaml.display()).into());
+    }
+    let dataset = data::open(&loaded, &cfg, Split::Val)?;
+    let (network, mut params) = crate::network::build(&loaded, nc, false, &burn::tensor::Device::flex())?;
+    crate::train::checkpoint::load_any(&mut params, &weights).map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
+    params.to_device(&device);
+    let precision = Precision::new(m, resolved.backend, &device)?;
+
+    let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), None, (0, 1));
+    let nms = NmsConfig { conf: m.val.conf as f32, iou: m.val.iou as f32, max_det: m.val.max_det, max_candidates: m.val.max_candidates };
+    let start = std::time::Instant::now();
+    let (stats, dets) = validate::validate(network.head(), &loader, &device, &nms, &mut |x| {
+        crate::capture::forward::run(&network, &params, precision.compute, x)
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let detections = dets.len();
+    let dtype = precision.compute.map(|d| format!("{d:?}")).unwrap_or_else(|| "F32".into());
+    println!(
+        "val: {} images of {} on {} ({dtype}), {detections} detections in {seconds:.1}s",
+        dataset.len(),
+        cfg.yaml.display(),
+        resolved.describe()
+    );
+    println!("  mAP50-95 {:.4}  mAP50 {:.4}  mAP75 {:.4}", stats[0].max(0.0), stats[1].max(0.0), stats[2].max(0.0));
+    if let Some(path) = save_json {
+        // LibreYOLO's predictions.json: image_id (the split's index), category_id (the class),
+        // bbox [x, y, w, h] in original pixels, score.
+        let rows: Vec<serde_json::Value> = dets
+            .iter()
+            .map(|d| serde_json::json!({"image_id": d.image, "category_id": d.category, "bbox": d.bbox, "score": d.score}))
+            .collect();
+        std::fs::write(&path, serde_json::to_string(&rows).map_err(anyhow::Error::from)?)
+            .map_err(|e| anyhow::anyhow!("writing save_json={}: {e}", path.display()))?;
+        println!("  wrote {} ({detections} detections)", path.display());
+    }
+    if let Some(path) = json {
+        let metrics: serde_json::Map<String, serde_json::Value> =
+            STAT_NAMES.iter().zip(stats).map(|(name, v)| (format!("metrics/{name}"), serde_json::json!(v))).collect();
+        let doc = serde_json::json!({
+            "weights": weights, "data": cfg.yaml, "images": dataset.len(), "detections": detections,
+            "compute_dtype": dtype, "seconds": seconds, "metrics": metrics,
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&doc).map_err(anyhow::Error::from)? + "\n")
+            .map_err(|e| anyhow::anyhow!("writing json={}: {e}", path.display()))?;
+        println!("  wrote {}", path.display());
+    }
+    Ok(())
+}
