@@ -13,7 +13,9 @@ epochs and after the last). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, o
 step captured): graphs change speed, not arithmetic. By default the two trainings run at the
 same time on the one GPU, so both fit one device call; their wall times are then shared-GPU
 times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
-engine stops the other; what they validated until then is still reported.
+engine stops the other; what they validated until then is still reported. Afterwards our `val`
+scores both engines' best weights in f32 and in the compute dtypes (`cross_val` in the JSON), so
+a gap in mAP can be told apart between training and validation.
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
 (docs/performance.md); nothing is downloaded.
@@ -165,9 +167,39 @@ def main():
     ours = {e: a for e, a, _ in report_rows(report, "libreyolo-run")}
     for e in sorted(set(lib) | set(ours)):
         print(f"  epoch {e}: {lib.get(e, float('nan')):.4f} / {ours.get(e, float('nan')):.4f}")
+    report["cross_val"] = cross_validate(args, out, runs)
     path = os.path.join(out, f"train-compare-{report['date']}-seed{args.seed}.json")
     json.dump(report, open(path, "w"), indent=1)
     print(f"\nwrote {path}")
+
+
+def cross_validate(args, out, runs):
+    """Both engines' best weights scored by our `val` in f32 and in the training's compute dtype:
+    tells a difference of training from one of validation (LibreYOLO validates in fp16 on CUDA,
+    `half = amp and cuda`; our in-training validation uses the compute dtype)."""
+    weights = {"LibreYOLO 1.6": os.path.join(runs["LibreYOLO 1.6"][1], "weights", "best.pt"),
+               "libreyolo-run": os.path.join(runs["libreyolo-run"][1], "weights", "best.safetensors")}
+    device = "cpu" if args.device == "cpu" else "0"
+    dtypes = ["f32"] + ([args.dtype] if args.dtype != "f32" else []) + (["f16"] if args.device != "cpu" and args.dtype != "f16" else [])
+    rows = []
+    print("\nbest weights scored by libreyolo-run's val (mAP50-95 / mAP50)")
+    for engine, path in weights.items():
+        if not os.path.exists(path):
+            continue
+        for dtype in dtypes:
+            json_path = os.path.join(out, f"val-{engine.split()[0].lower()}-{dtype}.json")
+            precision = ["precision.amp=false"] if dtype == "f32" else [f"precision.dtype={dtype}"]
+            cmd = [args.bin, "val", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
+                   f"batch={args.batch}", f"imgsz={args.imgsz}", f"workers={args.workers}", "cache=ram", f"weights={path}",
+                   f"json={json_path}"] + precision
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"  {engine} {dtype}: val failed: {done.stderr.strip()[-300:]}")
+                continue
+            m = json.load(open(json_path))["metrics"]
+            rows.append({"weights": engine, "dtype": dtype, "mAP50-95": m["metrics/mAP50-95"], "mAP50": m["metrics/mAP50"]})
+            print(f"  {engine} weights, {dtype}: {m['metrics/mAP50-95']:.4f} / {m['metrics/mAP50']:.4f}")
+    return rows
 
 
 def report_rows(report, engine):
