@@ -21,6 +21,15 @@ pub fn config(loaded: &LoadedManifest) -> Result<DatasetConfig, Diagnostic> {
         .map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
 }
 
+/// The number of classes: `model.nc` when set, which must then be the dataset's.
+pub fn classes(loaded: &LoadedManifest, cfg: &DatasetConfig) -> anyhow::Result<usize> {
+    let nc = loaded.manifest.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
+    if nc != cfg.nc() {
+        anyhow::bail!("model.nc = {nc} but the dataset `{}` has {} classes", cfg.yaml.display(), cfg.nc());
+    }
+    Ok(nc)
+}
+
 /// Opens a split at the manifest's image size and cache mode.
 pub fn open(loaded: &LoadedManifest, cfg: &DatasetConfig, split: Split) -> Result<Arc<Dataset>, Diagnostic> {
     let m = &loaded.manifest;

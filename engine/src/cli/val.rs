@@ -60,10 +60,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let resolved = crate::device::resolve(&m.run.device).map_err(|msg| loaded.source.error_at(&KeyPath::dotted("run.device"), Part::Value, msg))?;
     let device = resolved.devices().remove(0);
     let cfg = data::config(&loaded)?;
-    let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
-    if nc != cfg.nc() {
-        return Err(anyhow::anyhow!("model.nc = {nc} but the dataset `{}` has {} classes", cfg.yaml.display(), cfg.nc()).into());
-    }
+    let nc = data::classes(&loaded, &cfg)?;
     if let Ok(state) = crate::train::checkpoint::read_state(&weights)
         && state.nc != nc
     {

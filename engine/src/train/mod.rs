@@ -155,10 +155,7 @@ fn prepare(loaded: &LoadedManifest) -> anyhow::Result<Datasets> {
         eprintln!("\ninterrupt: finishing this step, saving weights/last, then stopping (Ctrl-C again to abort)");
     });
     let cfg = data::config(loaded).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
-    let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
-    if nc != cfg.nc() {
-        anyhow::bail!("model.nc = {nc} but the dataset `{}` has {} classes", cfg.yaml.display(), cfg.nc());
-    }
+    data::classes(loaded, &cfg)?;
     let train = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     let val = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
     Ok(Datasets { cfg, train, val })
@@ -172,8 +169,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
     let world = replica.world();
     let device = replica.device().clone();
     let precision = Precision::new(m, resolved.backend, &device)?;
-    let cfg = &datasets.cfg;
-    let nc = m.model.nc.map(|n| n as usize).unwrap_or(cfg.nc());
+    let nc = data::classes(loaded, &datasets.cfg)?;
     let with_aux = m.model.aux_weight > 0.0;
     let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     if let Some(w) = &m.model.weights {
@@ -278,7 +274,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
 
     let mut state = TrainState {
         nc,
-        names: cfg.names.clone(),
+        names: datasets.cfg.names.clone(),
         imgsz: [m.run.imgsz.height(), m.run.imgsz.width()],
         family: m.model.family.clone(),
         size: m.model.size.clone(),
