@@ -86,10 +86,13 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         );
     }
     if m.capture.enabled {
+        // The GPUs of the run: a torchrun-style launch's ranks, or this process's devices.
+        let launch = crate::distributed::launch().ok().flatten();
+        let world = launch.as_ref().map_or(device.ids.len(), |l| l.world_size);
         let _ = writeln!(
             out,
             "\nthis build: {}",
-            match crate::train::capture_plan::capture_support(loaded, dag, device) {
+            match crate::train::capture_plan::capture_support(loaded, dag, device, world, launch.is_some()) {
                 Ok(crate::train::capture_plan::CaptureSupport::WholeStep) => "captures the whole step (forward, loss, backward, optimizer, EMA) as one graph".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::Segment) => "captures forward + loss + backward as one graph; optimizer, EMA and schedule eager".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) => "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract); optimizer, EMA and schedule eager".to_string(),

@@ -20,9 +20,17 @@ pub enum CaptureSupport {
     WholeStep,
 }
 
-/// Whether this build captures the training step of `dag` on `resolved`, or why not (the
-/// line logged as `cuda_graph=true ignored (<why>)`).
-pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> Result<CaptureSupport, String> {
+/// Whether this build captures the training step of `dag` on `resolved` for a run over `world`
+/// GPUs (`processes`: one process per GPU), or why not (the line logged as
+/// `cuda_graph=true ignored (<why>)`).
+pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, world: usize, processes: bool) -> Result<CaptureSupport, String> {
+    let kind = single_gpu_support(loaded, dag, resolved)?;
+    data_parallel_capture(world, processes, loaded.manifest.run.sync_bn, kind)?;
+    Ok(kind)
+}
+
+/// What one GPU's training would capture.
+fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> Result<CaptureSupport, String> {
     let m = &loaded.manifest;
     let software = std::env::var_os(segment::SOFTWARE_ENV).is_some();
     let captured: Vec<Vec<&str>> = dag
@@ -36,8 +44,6 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
     let fp16_scaling = m.precision.amp && m.precision.dtype == crate::manifest::AmpDtype::Fp16 && resolved.backend == crate::device::Backend::Cuda;
     if resolved.backend != crate::device::Backend::Cuda && !software {
         Err("device is not CUDA".to_string())
-    } else if resolved.ids.len() > 1 {
-        Err(format!("training on {} GPUs runs eager (LibreYOLO disables cuda_graph under DDP too)", resolved.ids.len()))
     } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || two_graphs(&captured) || whole_step(&captured)) {
         let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
         Err(format!(
@@ -57,13 +63,20 @@ pub fn capture_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolv
     }
 }
 
-/// The capture manager for the training step and what it captures, or one line saying why not
-/// and `None` (the step runs eager).
-pub(super) fn capture_manager(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> Option<(crate::capture::CaptureManager<segment::SegmentGraph>, CaptureSupport)> {
+/// The capture manager for the training step and what it captures, or one line (from rank 0,
+/// `main`) saying why not and `None` (the step runs eager).
+pub(super) fn capture_manager(
+    loaded: &LoadedManifest,
+    dag: &StepDag,
+    resolved: &ResolvedDevice,
+    (world, processes, main): (usize, bool, bool),
+) -> Option<(crate::capture::CaptureManager<segment::SegmentGraph>, CaptureSupport)> {
     let m = &loaded.manifest;
-    match capture_support(loaded, dag, resolved) {
+    match capture_support(loaded, dag, resolved, world, processes) {
         Err(r) => {
-            tracing::warn!("cuda_graph=true ignored ({r}); training runs eager.");
+            if main {
+                tracing::warn!("cuda_graph=true ignored ({r}); training runs eager.");
+            }
             None
         }
         Ok(kind) => {
@@ -74,6 +87,29 @@ pub(super) fn capture_manager(loaded: &LoadedManifest, dag: &StepDag, resolved: 
             };
             Some((crate::capture::CaptureManager::new(what, m.capture.threshold, m.capture.max_graphs as usize), kind))
         }
+    }
+}
+
+/// Whether a data-parallel rank may capture (`Ok`), or why it trains eager. Only LibreYOLO's
+/// contract qualifies: each graph holds one rank's own work, and every collective (the loss's
+/// normaliser, the gradient all-reduce) runs eager between or after the graphs. The whole step
+/// and the one-segment plan would hold the loss's all-reduce, SyncBatchNorm holds one in the
+/// forward (NCCL inside a graph is not done yet), and replica threads of one process would
+/// capture concurrently in one CUDA context, which stream capture does not allow.
+pub fn data_parallel_capture(world: usize, processes: bool, sync_bn: bool, kind: CaptureSupport) -> Result<(), String> {
+    if world <= 1 {
+        Ok(())
+    } else if kind != CaptureSupport::TwoGraphs {
+        Err(format!("with {world} GPUs only LibreYOLO's two graphs are captured (the collectives stay eager between them); this plan captures the {}", match kind {
+            CaptureSupport::WholeStep => "whole step",
+            _ => "forward, loss and backward as one graph",
+        }))
+    } else if sync_bn {
+        Err(format!("SyncBatchNorm all-reduces inside the forward; with {world} GPUs capture needs `sync_bn=false`"))
+    } else if !processes {
+        Err(format!("{world} GPUs driven by one process capture concurrently in one CUDA context; launch one process per GPU (RANK / WORLD_SIZE) to capture"))
+    } else {
+        Ok(())
     }
 }
 
@@ -88,4 +124,25 @@ pub(crate) fn whole_step(captured: &[Vec<&str>]) -> bool {
     let [segment] = captured else { return false };
     let core: Vec<&str> = segment.iter().copied().filter(|k| *k != "grad.clip" && *k != "schedule").collect();
     core == ["network.forward", "loss.yolo9", "network.backward", "optimizer", "ema"] || core == ["network.forward", "loss.yolo9", "network.backward", "optimizer"]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data-parallel rank captures LibreYOLO's two graphs when each graph holds only its own
+    /// work; every other configuration trains eager with the reason.
+    #[test]
+    fn data_parallel_ranks_capture_only_the_two_graphs_without_collectives_inside() {
+        use CaptureSupport::*;
+        for kind in [TwoGraphs, Segment, WholeStep] {
+            assert_eq!(data_parallel_capture(1, false, true, kind), Ok(()), "one GPU: nothing to rule out");
+        }
+        assert_eq!(data_parallel_capture(2, true, false, TwoGraphs), Ok(()));
+        let why = |world, processes, sync_bn, kind| data_parallel_capture(world, processes, sync_bn, kind).unwrap_err();
+        assert!(why(2, true, false, WholeStep).contains("only LibreYOLO's two graphs"), "{}", why(2, true, false, WholeStep));
+        assert!(why(4, true, false, Segment).contains("one graph"));
+        assert!(why(2, true, true, TwoGraphs).contains("sync_bn=false"));
+        assert!(why(2, false, false, TwoGraphs).contains("one process per GPU"));
+    }
 }

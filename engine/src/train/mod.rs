@@ -253,13 +253,10 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         fixed_batch: None,
         replica: replica.clone(),
     };
-    if m.capture.enabled && world > 1 {
-        // LibreYOLO disables cuda_graph under DDP too; NCCL collectives inside a graph are untested.
-        if main {
-            tracing::warn!("cuda_graph: capture is not available with {world} GPUs yet; training eager");
-        }
-    } else if m.capture.enabled
-        && let Some((graphs, kind)) = capture_plan::capture_manager(loaded, dag, resolved)
+    // Under several GPUs each rank captures its own graphs where that is safe
+    // (`capture_plan::data_parallel_capture`); LibreYOLO disables cuda_graph under DDP altogether.
+    if m.capture.enabled
+        && let Some((graphs, kind)) = capture_plan::capture_manager(loaded, dag, resolved, (world, replica.is_process(), main))
     {
         trainer.graphs = Some(graphs);
         trainer.whole_step = kind == capture_plan::CaptureSupport::WholeStep;

@@ -113,6 +113,11 @@ impl Replica {
         self.devices.len()
     }
 
+    /// Whether this replica is a process of a multi-process launch (one GPU per process).
+    pub fn is_process(&self) -> bool {
+        self.peers == Peers::Processes
+    }
+
     /// Rank 0: logs, progress bar, run directory, checkpoints, validation, profiler.
     pub fn is_main(&self) -> bool {
         self.rank == 0

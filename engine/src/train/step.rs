@@ -173,6 +173,12 @@ impl Trainer<'_> {
                             self.model.params.borrow_mut().apply_batch_stats(out.stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
                             let mut grads = out.grads;
                             self.accumulate_grads(&mut grads);
+                            if last_micro {
+                                // A data-parallel rank's graphs hold its own gradients: the
+                                // all-reduce runs here, eager, between the backward graph and
+                                // the optimizer (capture_plan::data_parallel_capture).
+                                self.replica.average_gradients(&mut grads);
+                            }
                             v.grads = Some(grads);
                         }
                         v.loss = Some(out.terms);
