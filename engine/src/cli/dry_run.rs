@@ -86,9 +86,8 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         );
     }
     if m.capture.enabled {
-        // The GPUs of the run: a torchrun-style launch's ranks, or this process's devices.
         let launch = crate::distributed::launch().ok().flatten();
-        let world = launch.as_ref().map_or(device.ids.len(), |l| l.world_size);
+        let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
         let _ = writeln!(
             out,
             "\nthis build: {}",

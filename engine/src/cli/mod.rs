@@ -112,13 +112,42 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
+/// The manifest's `run.device`, resolved; an unusable one is an error at that key.
+fn run_device(loaded: &manifest::LoadedManifest) -> Result<crate::device::ResolvedDevice, Diagnostic> {
+    crate::device::resolve(&loaded.manifest.run.device)
+        .map_err(|msg| loaded.source.error_at(&manifest::KeyPath::dotted("run.device"), manifest::Part::Value, msg))
+}
+
+/// The `weights=PATH` an evaluating command (`predict`, `val`) cannot run without.
+fn required_weights(loaded: &manifest::LoadedManifest, command: &str) -> Result<PathBuf, Failure> {
+    loaded.manifest.model.weights.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{command} needs `weights=PATH` (a checkpoint such as runs/train/exp/weights/best.safetensors, a state dict with LibreYOLO's key names, or a LibreYOLO .pt)"
+        )
+        .into()
+    })
+}
+
+/// The manifest's network (without the training-only PGI branch) with `nc` classes and the
+/// weights of `weights` (a checkpoint's EMA weights, a state dict, or a LibreYOLO `.pt`), on
+/// `device`.
+fn eval_network(
+    loaded: &manifest::LoadedManifest,
+    nc: usize,
+    weights: &std::path::Path,
+    device: &burn::tensor::Device,
+) -> Result<(libreyolo_families::Network, libreyolo_families::ParamStore), Failure> {
+    let (network, mut params) = crate::network::build(loaded, nc, false, &burn::tensor::Device::flex())?;
+    crate::train::checkpoint::load_any(&mut params, weights).map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
+    params.to_device(device);
+    Ok((network, params))
+}
+
 fn train(args: &TrainArgs) -> Result<(), Failure> {
     let path = args.manifest.as_deref().expect("clap requires MANIFEST");
     let loaded = manifest::load(path, &args.overrides)?;
     let dag = StepDag::build(&loaded)?;
-    let device = crate::device::resolve(&loaded.manifest.run.device).map_err(|msg| {
-        loaded.source.error_at(&manifest::KeyPath::dotted("run.device"), manifest::Part::Value, msg)
-    })?;
+    let device = run_device(&loaded)?;
     let nc = loaded.manifest.model.nc.map(|n| n as usize).unwrap_or(crate::network::DEFAULT_NC);
     let with_aux = loaded.manifest.model.aux_weight > 0.0;
     let (_, params) = crate::network::build(&loaded, nc, with_aux, &burn::tensor::Device::flex())?;
@@ -131,8 +160,7 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     if let Some(launch) = &launch {
         launch.check(crate::device::cuda_device_count()).map_err(anyhow::Error::msg)?;
     }
-    // GPUs of the run: the launcher's ranks, or this process's devices.
-    let world = launch.as_ref().map_or(device.ids.len(), |l| l.world_size);
+    let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
     if world > 1 {
         crate::distributed::require_nccl().map_err(anyhow::Error::msg)?;
         if launch.as_ref().is_none_or(|l| l.rank == 0)

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Failure;
-use crate::manifest::{self, KeyPath, Part};
+use crate::manifest;
 use crate::capture::{CaptureManager, GraphMode};
 use crate::predict::{self, PredictConfig};
 use libreyolo_stages::val::nms::NmsConfig;
@@ -68,12 +68,10 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
     let Some(source) = own.source else {
         return Err(anyhow::anyhow!("predict needs `source=PATH` (an image or a folder of images)").into());
     };
-    let Some(weights) = m.model.weights.clone() else {
-        return Err(anyhow::anyhow!("predict needs `weights=PATH` (a checkpoint such as runs/train/exp/weights/best.safetensors, or a state dict with LibreYOLO's key names)").into());
-    };
+    let weights = super::required_weights(&loaded, "predict")?;
     let files = predict::sources(&source)?;
     crate::kernel_cache::configure();
-    let resolved = crate::device::resolve(&m.run.device).map_err(|msg| loaded.source.error_at(&KeyPath::dotted("run.device"), Part::Value, msg))?;
+    let resolved = super::run_device(&loaded)?;
     let device = resolved.devices().remove(0);
 
     // A checkpoint knows its classes; a plain state dict takes the manifest's (or the dataset's).
@@ -83,9 +81,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
         None => crate::data::config(&loaded).map(|c| c.names).unwrap_or_default(),
     };
     let nc = state.as_ref().map(|s| s.nc).or(m.model.nc.map(|n| n as usize)).unwrap_or(if names.is_empty() { crate::network::DEFAULT_NC } else { names.len() });
-    let (network, mut params) = crate::network::build(&loaded, nc, false, &burn::tensor::Device::flex())?;
-    crate::train::checkpoint::load_any(&mut params, &weights).map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
-    params.to_device(&device);
+    let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
 
     let precision = crate::train::precision::Precision::new(m, resolved.backend, &device)?;
     let cfg = PredictConfig {

@@ -14,10 +14,9 @@ use clap::Args;
 
 use super::Failure;
 use crate::data::{self, Split};
-use crate::manifest::{self, KeyPath, Part};
+use crate::manifest;
 use crate::train::{nominal_batch, precision::Precision, validate};
 use libreyolo_stages::val::coco::STAT_NAMES;
-use libreyolo_stages::val::nms::NmsConfig;
 
 #[derive(Debug, Args)]
 pub struct ValArgs {
@@ -50,14 +49,9 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
         .collect();
     let loaded = manifest::load(&args.manifest, &overrides)?;
     let m = &loaded.manifest;
-    let Some(weights) = m.model.weights.clone() else {
-        return Err(anyhow::anyhow!(
-            "val needs `weights=PATH` (a checkpoint such as runs/train/exp/weights/best.safetensors, a state dict with LibreYOLO's key names, or a LibreYOLO .pt)"
-        )
-        .into());
-    };
+    let weights = super::required_weights(&loaded, "val")?;
     crate::kernel_cache::configure();
-    let resolved = crate::device::resolve(&m.run.device).map_err(|msg| loaded.source.error_at(&KeyPath::dotted("run.device"), Part::Value, msg))?;
+    let resolved = super::run_device(&loaded)?;
     let device = resolved.devices().remove(0);
     let cfg = data::config(&loaded)?;
     let nc = data::classes(&loaded, &cfg)?;
@@ -67,13 +61,11 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
         return Err(anyhow::anyhow!("weights={} were trained for {} classes, but the dataset `{}` has {nc}", weights.display(), state.nc, cfg.yaml.display()).into());
     }
     let dataset = data::open(&loaded, &cfg, Split::Val)?;
-    let (network, mut params) = crate::network::build(&loaded, nc, false, &burn::tensor::Device::flex())?;
-    crate::train::checkpoint::load_any(&mut params, &weights).map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
-    params.to_device(&device);
+    let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
     let precision = Precision::new(m, resolved.backend, &device)?;
 
     let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), None, (0, 1));
-    let nms = NmsConfig { conf: m.val.conf as f32, iou: m.val.iou as f32, max_det: m.val.max_det, max_candidates: m.val.max_candidates };
+    let nms = validate::nms_config(&m.val);
     let start = std::time::Instant::now();
     let (stats, dets) = validate::validate(network.head(), &loader, &device, &nms, &mut |x| {
         crate::capture::forward::run(&network, &params, precision.compute, x)

@@ -44,6 +44,11 @@ pub struct Launch {
     pub master_port: u16,
 }
 
+/// The GPUs of a run: the launcher's ranks, or the devices this process drives.
+pub fn world_size(launch: Option<&Launch>, local_devices: usize) -> usize {
+    launch.map_or(local_devices, |l| l.world_size)
+}
+
 const VARS: [&str; 5] = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"];
 
 /// The launch described by `env` (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):

@@ -26,7 +26,6 @@ use libreyolo_stages::loss::Yolo9Loss;
 use libreyolo_stages::loss::assigner::AssignerConfig;
 use libreyolo_stages::optim::{AdamW, Optimizer, Scalars, Sgd};
 use libreyolo_stages::schedule::{self, Schedule};
-use libreyolo_stages::val::nms::NmsConfig;
 
 use crate::dag::StepDag;
 use crate::data::{self, Split};
@@ -125,6 +124,8 @@ fn round_half_even(x: f64) -> usize {
 /// The dataset of a run, opened once and shared by its replicas.
 struct Datasets {
     cfg: libreyolo_stages::data::DatasetConfig,
+    /// Classes: the dataset's (`model.nc`, when set, must agree).
+    nc: usize,
     train: std::sync::Arc<libreyolo_stages::data::Dataset>,
     val: Option<std::sync::Arc<libreyolo_stages::data::Dataset>>,
 }
@@ -155,10 +156,10 @@ fn prepare(loaded: &LoadedManifest) -> anyhow::Result<Datasets> {
         eprintln!("\ninterrupt: finishing this step, saving weights/last, then stopping (Ctrl-C again to abort)");
     });
     let cfg = data::config(loaded).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
-    data::classes(loaded, &cfg)?;
+    let nc = data::classes(loaded, &cfg)?;
     let train = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     let val = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
-    Ok(Datasets { cfg, train, val })
+    Ok(Datasets { cfg, nc, train, val })
 }
 
 /// One replica's training: all of it alone, its shard of every batch (and, on rank 0, every
@@ -169,7 +170,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
     let world = replica.world();
     let device = replica.device().clone();
     let precision = Precision::new(m, resolved.backend, &device)?;
-    let nc = data::classes(loaded, &datasets.cfg)?;
+    let nc = datasets.nc;
     let with_aux = m.model.aux_weight > 0.0;
     let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     if let Some(w) = &m.model.weights {
@@ -289,7 +290,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
     // Every step, the first included, runs the same optimizer operations on the same buffers.
     trainer.optim.borrow_mut().init_state(&trainer.model.params.borrow());
 
-    let nms_cfg = NmsConfig { conf: m.val.conf as f32, iou: m.val.iou as f32, max_det: m.val.max_det, max_candidates: m.val.max_candidates };
+    let nms_cfg = validate::nms_config(&m.val);
     let epochs = m.run.epochs as usize;
     let no_aug_start = epochs.saturating_sub(m.augment.no_aug_epochs as usize);
     let header = format!(
@@ -393,7 +394,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         if validate_now && let Some(vl) = &val_loader {
             let t = Instant::now();
             let forward = trainer.validation_forward();
-            let (stats, n) = match val_graphs.as_mut() {
+            let (stats, dets) = match val_graphs.as_mut() {
                 // A captured run replays validation's forward too (LibreYOLO's validation graph).
                 Some(graphs) => validate::validate(trainer.model.network.head(), vl, &device, &nms_cfg, &mut |x| {
                     let mut ops = Forward { f: forward.clone(), device: &device, input: x, dtype: trainer.precision.compute };
@@ -405,7 +406,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
                 "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
                 stats[0].max(0.0),
                 stats[1].max(0.0),
-                n.len(),
+                dets.len(),
                 t.elapsed().as_secs_f64()
             );
             record.map = Some(stats);

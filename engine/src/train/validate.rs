@@ -12,6 +12,11 @@ use libreyolo_stages::val::nms::{self, NmsConfig};
 
 use super::step::upload;
 
+/// The manifest's validation NMS (`val.conf`, `val.iou`, `val.max_det`, `val.max_candidates`).
+pub fn nms_config(val: &crate::manifest::ValSettings) -> NmsConfig {
+    NmsConfig { conf: val.conf as f32, iou: val.iou as f32, max_det: val.max_det, max_candidates: val.max_candidates }
+}
+
 /// COCO stats (`coco::STAT_NAMES` order) on the loader's split and the detections they score,
 /// with `forward` mapping a batch of images to decoded predictions (eager, or through a
 /// captured graph).
