@@ -5,12 +5,13 @@
 # per-step losses side by side (steps.csv) and their throughput (results.csv, epochs after the
 # first).
 #
-#   BIN=/tmp/libreyolo-run [RUNS="two one one_again procs"] bash bench/ddp_check.sh [EPOCHS [LIMIT_S [KEY=VALUE ...]]]
+#   BIN=/tmp/libreyolo-run [RUNS="two one one_again procs"] [WORK=/tmp/ddp_check] bash bench/ddp_check.sh [EPOCHS [LIMIT_S [KEY=VALUE ...]]]
 #
 # Runs on the GPU machine (scripts/gpu.sh remote 'sh:bash bench/ddp_check.sh 7'), COCO128 in
 # .gpu/coco128. NCCL comes from the machine's PyTorch (nvidia-nccl wheel): cudarc looks for
 # `libnccl.so`, which the wheel ships only as `libnccl.so.2`, so a link is made in /tmp/nccl.
-# Writes $OUT/ddp_check.txt (the table) and $OUT/ddp_check.tar.xz (both runs' CSVs and logs).
+# Writes $OUT/NAME.txt (the table) and $OUT/NAME.tar.xz (the runs' CSVs and logs), NAME the
+# last part of WORK (default ddp_check), so one call can compare several settings.
 set -uo pipefail
 epochs=${1:-7}
 limit=${2:-200}
@@ -23,7 +24,8 @@ export LD_LIBRARY_PATH=/tmp/nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Each replica's stage trace: a run that stalls shows which collective one rank never reached.
 export LIBREYOLO_LOG=info,libreyolo_run::train=debug
 nvidia-smi topo -m 2>/dev/null | head -n 4
-work=/tmp/ddp_check
+work=${WORK:-/tmp/ddp_check}
+tag=$(basename "$work")
 rm -rf "$work" && mkdir -p "$work"
 common=(manifests/yolo9t.toml "data=$PWD/.gpu/coco128/coco128.yaml" cache=ram batch=16 "epochs=$epochs" val.enabled=false
     augment.no_aug_epochs=0 "project=$work" exist_ok=true "$@")
@@ -53,6 +55,6 @@ if [[ " $runs " == *" procs "* ]]; then
     echo "[ddp_check] after $(( $(date +%s) - start ))s (procs)"
     for r in 0 1; do grep -v "Tuning\|━\|autotune\|DEBUG" "$work/procs_$r.log" | tail -n 6; grep DEBUG "$work/procs_$r.log" | tail -n 1; done
 fi
-python3 bench/ddp_compare.py "$work" > "$OUT/ddp_check.txt" 2>&1
-cat "$OUT/ddp_check.txt"
-(cd "$work" && find . \( -name '*.csv' -o -name '*.log' -o -name train.log \) -print0 | tar --null -cf - -T - | xz -T0 -3 > "$OUT/ddp_check.tar.xz")
+python3 bench/ddp_compare.py "$work" > "$OUT/$tag.txt" 2>&1
+cat "$OUT/$tag.txt"
+(cd "$work" && find . \( -name '*.csv' -o -name '*.log' -o -name train.log \) -print0 | tar --null -cf - -T - | xz -T0 -3 > "$OUT/$tag.tar.xz")

@@ -56,6 +56,15 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(!log.contains("ignored") && !log.contains("falling back to eager"), "{log}");
     assert!(weights("eager") == weights("contract"), "the two-graph run's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("contract"));
+
+    // The contract with the update captured after the backward (a third graph on the GPU):
+    // optimizer and EMA marked with the backward, the loss eager.
+    let (ok, log) = train(dir.path(), "contract-update", &["cuda_graph=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training forward, backward and update (loss eager) at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert!(!log.contains("ignored") && !log.contains("falling back to eager"), "{log}");
+    assert!(weights("eager") == weights("contract-update"), "the update graph's weights, EMA and optimizer state differ from eager");
+    assert_eq!(losses("eager"), losses("contract-update"));
 }
 
 #[test]

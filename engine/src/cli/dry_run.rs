@@ -95,6 +95,9 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
                 Ok(crate::train::capture_plan::CaptureSupport::WholeStep) => "captures the whole step (forward, loss, backward, optimizer, EMA) as one graph".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::Segment) => "captures forward + loss + backward as one graph; optimizer, EMA and schedule eager".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) => "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract); optimizer, EMA and schedule eager".to_string(),
+                Ok(crate::train::capture_plan::CaptureSupport::TwoGraphsAndUpdate) => {
+                    "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract), then the update (BatchNorm statistics, optimizer, EMA) as a third graph; a data-parallel rank's gradient all-reduce runs eager before it; the schedule eager".to_string()
+                }
                 Err(why) => format!("cuda_graph=true ignored ({why}); training runs eager"),
             }
         );

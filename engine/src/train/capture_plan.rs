@@ -1,6 +1,6 @@
 //! What this build captures of a manifest's plan: LibreYOLO's contract (forward and backward as
-//! two graphs, the loss eager between), forward + loss + backward as one segment, or the whole
-//! step; anything else, and the settings that rule capture out, give the one line
+//! two graphs, the loss eager between), that contract with the optimizer and EMA captured after
+//! the backward, forward + loss + backward as one segment, or the whole step; anything else, and the settings that rule capture out, give the one line
 //! `cuda_graph=true ignored (<why>); training runs eager.`
 
 use crate::dag::StepDag;
@@ -14,6 +14,11 @@ use super::{accumulation, nominal_batch, segment};
 pub enum CaptureSupport {
     /// LibreYOLO's contract: the forward and the backward as two graphs, the loss eager.
     TwoGraphs,
+    /// LibreYOLO's two graphs, and the update (BatchNorm statistics, gradient clip, optimizer,
+    /// EMA) as a third graph after the backward: the manifest marks `backward`, `optimizer` and
+    /// `ema` as one captured segment with the loss eager. A data-parallel rank all-reduces its
+    /// gradients eagerly between the backward and the update graph.
+    TwoGraphsAndUpdate,
     /// forward + loss + backward in one graph.
     Segment,
     /// The whole step, optimizer and EMA included.
@@ -44,10 +49,10 @@ fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolve
     let fp16_scaling = m.precision.amp && m.precision.dtype == crate::manifest::AmpDtype::Fp16 && resolved.backend == crate::device::Backend::Cuda;
     if resolved.backend != crate::device::Backend::Cuda && !software {
         Err("device is not CUDA".to_string())
-    } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || two_graphs(&captured) || whole_step(&captured)) {
+    } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || two_graphs(&captured) || two_graphs_and_update(&captured) || whole_step(&captured)) {
         let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
         Err(format!(
-            "the plan captures {}; this build captures the forward and the backward as two graphs (LibreYOLO's contract), forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`), or the whole step with the optimizer and the EMA",
+            "the plan captures {}; this build captures the forward and the backward as two graphs (LibreYOLO's contract), those two with the optimizer and the EMA (`stage.optimizer.capture=true stage.ema.capture=true`), forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`), or the whole step with the optimizer and the EMA",
             if plan.is_empty() { "nothing".into() } else { plan.join(" and ") }
         ))
     } else if accumulate > 1 {
@@ -58,6 +63,8 @@ fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolve
         Ok(CaptureSupport::WholeStep)
     } else if two_graphs(&captured) {
         Ok(CaptureSupport::TwoGraphs)
+    } else if two_graphs_and_update(&captured) {
+        Ok(CaptureSupport::TwoGraphsAndUpdate)
     } else {
         Ok(CaptureSupport::Segment)
     }
@@ -84,6 +91,7 @@ pub(super) fn capture_manager(
                 CaptureSupport::WholeStep => "training step",
                 CaptureSupport::Segment => "training forward/loss/backward",
                 CaptureSupport::TwoGraphs => "training forward and backward (loss eager)",
+                CaptureSupport::TwoGraphsAndUpdate => "training forward, backward and update (loss eager)",
             };
             Some((crate::capture::CaptureManager::new(what, m.capture.threshold, m.capture.max_graphs as usize), kind))
         }
@@ -91,19 +99,23 @@ pub(super) fn capture_manager(
 }
 
 /// Whether a data-parallel rank may capture (`Ok`), or why it trains eager. Only LibreYOLO's
-/// contract qualifies: each graph holds one rank's own work, and every collective (the loss's
-/// normaliser, the gradient all-reduce) runs eager between or after the graphs. The whole step
+/// contract (with or without the update graph) qualifies: each graph holds one rank's own work,
+/// and every collective (the loss's normaliser, the gradient all-reduce) runs eager between the
+/// graphs. The whole step
 /// and the one-segment plan would hold the loss's all-reduce, SyncBatchNorm holds one in the
 /// forward (NCCL inside a graph is not done yet), and replica threads of one process would
 /// capture concurrently in one CUDA context, which stream capture does not allow.
 pub fn data_parallel_capture(world: usize, processes: bool, sync_bn: bool, kind: CaptureSupport) -> Result<(), String> {
     if world <= 1 {
         Ok(())
-    } else if kind != CaptureSupport::TwoGraphs {
-        Err(format!("with {world} GPUs only LibreYOLO's two graphs are captured (the collectives stay eager between them); this plan captures the {}", match kind {
-            CaptureSupport::WholeStep => "whole step",
-            _ => "forward, loss and backward as one graph",
-        }))
+    } else if !matches!(kind, CaptureSupport::TwoGraphs | CaptureSupport::TwoGraphsAndUpdate) {
+        Err(format!(
+            "with {world} GPUs only LibreYOLO's two graphs (and the update after them) are captured, the collectives eager between them; this plan captures the {}",
+            match kind {
+                CaptureSupport::WholeStep => "whole step",
+                _ => "forward, loss and backward as one graph",
+            }
+        ))
     } else if sync_bn {
         Err(format!("SyncBatchNorm all-reduces inside the forward; with {world} GPUs capture needs `sync_bn=false`"))
     } else if !processes {
@@ -116,6 +128,14 @@ pub fn data_parallel_capture(world: usize, processes: bool, sync_bn: bool, kind:
 /// Whether the plan is LibreYOLO's contract: the forward and the backward captured, each alone.
 pub(crate) fn two_graphs(captured: &[Vec<&str>]) -> bool {
     captured == [vec!["network.forward"], vec!["network.backward"]]
+}
+
+/// Whether the plan is LibreYOLO's contract with the update captured too: the forward alone,
+/// then the backward with (optionally the gradient clip,) the optimizer and optionally the EMA.
+pub(crate) fn two_graphs_and_update(captured: &[Vec<&str>]) -> bool {
+    let [forward, rest] = captured else { return false };
+    let rest: Vec<&str> = rest.iter().copied().filter(|k| *k != "grad.clip" && *k != "schedule").collect();
+    forward == &["network.forward"] && (rest == ["network.backward", "optimizer", "ema"] || rest == ["network.backward", "optimizer"])
 }
 
 /// Whether one captured segment holds the whole step: forward, loss, backward, optionally the
@@ -135,14 +155,27 @@ mod tests {
     #[test]
     fn data_parallel_ranks_capture_only_the_two_graphs_without_collectives_inside() {
         use CaptureSupport::*;
-        for kind in [TwoGraphs, Segment, WholeStep] {
+        for kind in [TwoGraphs, TwoGraphsAndUpdate, Segment, WholeStep] {
             assert_eq!(data_parallel_capture(1, false, true, kind), Ok(()), "one GPU: nothing to rule out");
         }
         assert_eq!(data_parallel_capture(2, true, false, TwoGraphs), Ok(()));
+        assert_eq!(data_parallel_capture(2, true, false, TwoGraphsAndUpdate), Ok(()));
+        assert!(data_parallel_capture(2, true, true, TwoGraphsAndUpdate).unwrap_err().contains("sync_bn=false"));
         let why = |world, processes, sync_bn, kind| data_parallel_capture(world, processes, sync_bn, kind).unwrap_err();
         assert!(why(2, true, false, WholeStep).contains("only LibreYOLO's two graphs"), "{}", why(2, true, false, WholeStep));
         assert!(why(4, true, false, Segment).contains("one graph"));
         assert!(why(2, true, true, TwoGraphs).contains("sync_bn=false"));
         assert!(why(2, false, false, TwoGraphs).contains("one process per GPU"));
+    }
+
+    /// The plans each kind stands for, as the manifest's capture marks give them.
+    #[test]
+    fn the_update_graph_plan_is_the_two_graphs_with_the_optimizer_and_ema_after_the_backward() {
+        assert!(two_graphs_and_update(&[vec!["network.forward"], vec!["network.backward", "optimizer", "ema"]]));
+        assert!(two_graphs_and_update(&[vec!["network.forward"], vec!["network.backward", "grad.clip", "optimizer"]]));
+        assert!(!two_graphs_and_update(&[vec!["network.forward"], vec!["network.backward"]]), "that is the plain contract");
+        assert!(two_graphs(&[vec!["network.forward"], vec!["network.backward"]]));
+        assert!(!two_graphs_and_update(&[vec!["network.forward"], vec!["network.backward", "ema"]]), "an EMA without the optimizer");
+        assert!(!whole_step(&[vec!["network.forward"], vec!["network.backward", "optimizer", "ema"]]));
     }
 }

@@ -69,9 +69,9 @@ pub struct Trainer<'a> {
     /// captured step reads; written in place before every step).
     scalars: Rc<RefCell<Scalars>>,
     ema_scalars: Rc<RefCell<DecayScalars>>,
-    /// The captured graph holds the whole step (optimizer and EMA included), not only
-    /// forward + loss + backward.
-    whole_step: bool,
+    /// The captured graphs hold the update too (BatchNorm statistics, optimizer, EMA): the whole
+    /// step, or LibreYOLO's two graphs followed by an update graph.
+    captures_update: bool,
     /// LibreYOLO's contract: forward and backward captured as two graphs, the loss eager.
     split_graphs: bool,
     schedule: Schedule,
@@ -238,7 +238,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         ema: ema.map(|e| Rc::new(RefCell::new(e))),
         scalars: Rc::new(RefCell::new(Scalars::new([0.0; 5], &device))),
         ema_scalars: Rc::new(RefCell::new(DecayScalars::new(0.0, &device))),
-        whole_step: false,
+        captures_update: false,
         split_graphs: false,
         schedule,
         loss,
@@ -260,8 +260,9 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         && let Some((graphs, kind)) = capture_plan::capture_manager(loaded, dag, resolved, (world, replica.is_process(), main))
     {
         trainer.graphs = Some(graphs);
-        trainer.whole_step = kind == capture_plan::CaptureSupport::WholeStep;
-        trainer.split_graphs = kind == capture_plan::CaptureSupport::TwoGraphs;
+        use capture_plan::CaptureSupport::*;
+        trainer.captures_update = matches!(kind, WholeStep | TwoGraphsAndUpdate);
+        trainer.split_graphs = matches!(kind, TwoGraphs | TwoGraphsAndUpdate);
         // Every captured graph reads the parameters (validation's, the EMA weights) at the
         // addresses it recorded, and the whole step records the updates too: each update must
         // keep its tensor's buffer, whatever the fusion backend would pick. (Two graphs with
@@ -351,6 +352,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         if trainer.replica.peer_failed() {
             return Err(replica::PeerFailed.into());
         }
+        trainer.replica.check_weights_in_sync(&trainer.model.params.borrow(), epoch)?;
         if end == EpochEnd::ProfileOnly {
             if let Some(run) = run.as_mut() {
                 run.log("Profile-only run (profile.then_stop=true): the partial epoch is neither validated nor checkpointed");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::distributed::{ReduceOperation, all_reduce};
 use burn::tensor::{Device, Tensor};
-use libreyolo_families::ParamId;
+use libreyolo_families::{ParamId, ParamStore, Value};
 
 /// What the replicas of one run share on the host.
 pub struct Shared {
@@ -137,29 +137,38 @@ impl Replica {
         (self.world() > 1).then_some(self.devices.as_slice())
     }
 
-    /// Replaces every gradient by its mean over the replicas: one NCCL all-reduce per tensor, in
-    /// place, queued back to back on the collective stream, and one wait for the last of them.
+    /// Every gradient replaced by its mean over the replicas: one NCCL all-reduce per tensor,
+    /// queued back to back on the collective stream, and one wait for the last of them. Each
+    /// gradient is moved into its all-reduce, so a uniquely owned one is reduced in place, in
+    /// its own buffer (what an update graph reading the backward graph's gradients needs), and
+    /// no copy is made.
     ///
     /// Not one all-reduce of the gradients flattened: the concatenation and the split back are a
     /// slice kernel per parameter shape (~580 for YOLOv9-t), each compiled on first use, which
     /// held the first multi-GPU step for minutes (H200, 2026-11-30), and ~1,200 launches a step
     /// after that. NCCL's per-call cost is a few microseconds.
-    pub fn average_gradients(&self, grads: &mut [(ParamId, Tensor<1>)]) {
-        let Some(devices) = self.group_devices() else { return };
+    pub fn average_gradients(&self, grads: Vec<(ParamId, Tensor<1>)>) -> Vec<(ParamId, Tensor<1>)> {
+        let Some(devices) = self.group_devices() else { return grads };
         tracing::debug!(rank = self.rank, tensors = grads.len(), "gradient all-reduce");
         let last = grads.len().saturating_sub(1);
-        for (i, (_, g)) in grads.iter_mut().enumerate() {
-            let reduced = all_reduce(g.clone(), ReduceOperation::Mean, devices.to_vec());
-            *g = if i == last {
-                // Waits for the collective stream, where every all-reduce above ran in order.
-                reduced.resolve()
-            } else {
-                // SAFETY: resolved by the wait on the last one, before any use of these
-                // gradients: the collective stream runs the all-reduces in the order queued.
-                unsafe { reduced.assume_resolved() }
-            };
-        }
+        let reduced = grads
+            .into_iter()
+            .enumerate()
+            .map(|(i, (id, g))| {
+                let reduced = all_reduce(g, ReduceOperation::Mean, devices.to_vec());
+                let g = if i == last {
+                    // Waits for the collective stream, where every all-reduce above ran in order.
+                    reduced.resolve()
+                } else {
+                    // SAFETY: resolved by the wait on the last one, before any use of these
+                    // gradients: the collective stream runs the all-reduces in the order queued.
+                    unsafe { reduced.assume_resolved() }
+                };
+                (id, g)
+            })
+            .collect();
         tracing::debug!(rank = self.rank, "gradient all-reduce done");
+        reduced
     }
 
     /// The mean of `t` over the replicas (the logged losses: the whole batch's, as on one GPU).
@@ -168,6 +177,46 @@ impl Replica {
             Some(devices) => all_reduce(t, ReduceOperation::Mean, devices.to_vec()).resolve(),
             None => t,
         }
+    }
+
+    /// Checks that this replica's trained weights are the replicas' mean: each applies the same
+    /// averaged gradient, so they stay equal unless an all-reduce missed (an update graph reading
+    /// a buffer the all-reduce did not write, say). One checksum per replica (the sum and the sum
+    /// of squares of every trained tensor) all-reduced and read back, once an epoch.
+    pub fn check_weights_in_sync(&self, params: &ParamStore, epoch: usize) -> anyhow::Result<()> {
+        let Some(devices) = self.group_devices() else { return Ok(()) };
+        let (mut sum, mut squares) = (vec![], vec![]);
+        for e in params.entries().iter().filter(|e| e.role.is_trainable()) {
+            match &e.value {
+                Value::Rank4(t) => {
+                    sum.push(t.clone().sum());
+                    squares.push(t.clone().square().sum());
+                }
+                Value::Rank1(t) => {
+                    sum.push(t.clone().sum());
+                    squares.push(t.clone().square().sum());
+                }
+                Value::Count(_) => {}
+            }
+        }
+        let total = |parts: Vec<Tensor<1>>| parts.into_iter().reduce(|a, b| a.add(b)).expect("a network has trained tensors");
+        let local = Tensor::cat(vec![total(sum), total(squares)], 0);
+        let mean = all_reduce(local.clone(), ReduceOperation::Mean, devices.to_vec()).resolve();
+        let read = |t: Tensor<1>| t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
+        let (local, mean) = (read(local), read(mean));
+        let off = local.iter().zip(&mean).any(|(a, m)| !((a - m).abs() <= 1e-5 * m.abs().max(1e-12)));
+        if off || local.len() != 2 {
+            anyhow::bail!(
+                "after epoch {}, rank {}'s weights differ from the other ranks' (checksum sum {:?}, squares {:?}; mean over the ranks {:?}, {:?}): the replicas no longer train one model",
+                epoch + 1,
+                self.rank,
+                local.first(),
+                local.get(1),
+                mean.first(),
+                mean.get(1)
+            );
+        }
+        Ok(())
     }
 
     /// Waits for every replica thread of this process (a no-op alone or across processes).

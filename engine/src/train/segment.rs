@@ -2,9 +2,9 @@
 //! backward in one graph (the manifest marks `forward`, `loss` and `backward` capture = true),
 //! or the whole step with the BatchNorm statistics, gradient clip, optimizer and EMA too, their
 //! per-step scalars read from device buffers written before each replay, or LibreYOLO's
-//! contract: forward and backward as two graphs with the loss eager between them
-//! ([`two_graphs`](super::two_graphs)). Host bookkeeping (counters, the schedule) stays outside
-//! the graphs.
+//! contract: forward and backward as two graphs with the loss eager between them, optionally
+//! followed by the update as a third graph ([`two_graphs`](super::two_graphs)). Host
+//! bookkeeping (counters, the schedule) stays outside the graphs.
 //! The graph reads stable input buffers (refreshed in place before each replay) and the
 //! parameters' own buffers (the optimizer, EMA and BatchNorm updates write them in place,
 //! eager, after the replay); it returns the loss terms, the gradients and the BatchNorm batch
@@ -66,6 +66,10 @@ fn first_shared(params: &ParamStore) -> Option<String> {
     })
 }
 
+/// A data-parallel rank's gradient all-reduce (the mean over the replicas), run eagerly before
+/// a captured update.
+pub type Reduce = Rc<dyn Fn(Vec<(ParamId, Tensor<1>)>) -> Vec<(ParamId, Tensor<1>)>>;
+
 /// Everything the segment reads besides its inputs.
 #[derive(Clone)]
 pub struct SegmentSpec {
@@ -80,41 +84,61 @@ pub struct SegmentSpec {
     pub tail: Option<StepTail>,
     /// LibreYOLO's contract: forward and backward as two graphs, the loss eager between.
     pub split: bool,
+    /// With the update captured in a data-parallel run: the gradient all-reduce before it.
+    pub reduce: Option<Reduce>,
 }
 
 impl SegmentSpec {
-    /// forward -> loss -> backward on `images` and `targets`.
+    /// forward -> loss -> backward on `images` and `targets`, then the update when it is part
+    /// of the segment.
     pub fn run(&self, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
-        if self.split {
-            return super::two_graphs::run_split(self, images, targets, false);
-        }
-        let params = self.params.borrow();
-        let (cx, maps) = forward(&self.network, &params, &self.forward, images);
-        let strides = self.network.head().strides.clone();
-        let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets, self.forward.group());
-        let mut grads = backward(&terms.total, self.factor, &cx);
-        let stats = cx.take_batch_stats();
-        // The context holds a handle on every stored tensor. Dropped before the tail, so the
-        // updates below own the buffers and write them in place: inside a capture window an
-        // update that cannot would record its result into a new buffer that the next replay's
-        // forward never reads (seen on the H200: the store then held never-written memory).
-        drop(cx);
-        drop(params);
+        self.run_drained(images, targets, false)
+    }
+
+    /// [`run`](Self::run); with `drain`, the device is drained between the parts of LibreYOLO's
+    /// split as its graph windows drain it (the capture's warm-up, [`super::two_graphs::run_split`]).
+    pub fn run_drained(&self, images: Tensor<4>, targets: Tensor<3>, drain: bool) -> SegmentOut {
+        let mut out = if self.split {
+            super::two_graphs::run_split(self, images, targets, drain)
+        } else {
+            let params = self.params.borrow();
+            let (cx, maps) = forward(&self.network, &params, &self.forward, images);
+            let strides = self.network.head().strides.clone();
+            let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets, self.forward.group());
+            let grads = backward(&terms.total, self.factor, &cx);
+            let stats = cx.take_batch_stats();
+            // The context holds a handle on every stored tensor. Dropped before the update, so
+            // the updates own the buffers and write them in place: inside a capture window an
+            // update that cannot would record its result into a new buffer that the next
+            // replay's forward never reads (seen on the H200: the store then held never-written
+            // memory).
+            drop(cx);
+            SegmentOut { terms, grads, stats }
+        };
         if let Some(tail) = &self.tail {
-            let mut params = self.params.borrow_mut();
-            if tail.require_unique
-                && let Some(shared) = first_shared(&params)
-            {
-                tail.shared.replace(Some(shared));
+            if let Some(reduce) = &self.reduce {
+                out.grads = reduce(std::mem::take(&mut out.grads));
             }
-            params.fold_batch_stats(&stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
-            super::step::clip_global_norm(&mut grads, tail.clip_max_norm);
-            tail.optim.borrow_mut().step(&mut params, std::mem::take(&mut grads), &tail.scalars.borrow());
-            if let Some((ema, decay)) = &tail.ema {
-                ema.borrow_mut().update_device(&params, &decay.borrow());
-            }
+            self.update(tail, std::mem::take(&mut out.grads), &out.stats);
         }
-        SegmentOut { terms, grads, stats }
+        out
+    }
+
+    /// The update after the backward, in place on stable buffers: BatchNorm running statistics,
+    /// gradient clip, optimizer and EMA, this step's scalars read from device buffers.
+    pub fn update(&self, tail: &StepTail, mut grads: Vec<(ParamId, Tensor<1>)>, stats: &[BatchStats]) {
+        let mut params = self.params.borrow_mut();
+        if tail.require_unique
+            && let Some(shared) = first_shared(&params)
+        {
+            tail.shared.replace(Some(shared));
+        }
+        params.fold_batch_stats(stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
+        super::step::clip_global_norm(&mut grads, tail.clip_max_norm);
+        tail.optim.borrow_mut().step(&mut params, grads, &tail.scalars.borrow());
+        if let Some((ema, decay)) = &tail.ema {
+            ema.borrow_mut().update_device(&params, &decay.borrow());
+        }
     }
 
     /// A deep copy of every tensor the whole step writes (parameters and BatchNorm statistics,
@@ -348,7 +372,11 @@ impl Trainer<'_> {
             aux_weight: self.aux_weight,
             factor: self.loss_factor(),
             split: self.split_graphs,
-            tail: self.whole_step.then(|| StepTail {
+            reduce: (self.captures_update && self.replica.world() > 1).then(|| {
+                let replica = self.replica.clone();
+                Rc::new(move |grads| replica.average_gradients(grads)) as Reduce
+            }),
+            tail: self.captures_update.then(|| StepTail {
                 optim: self.optim.clone(),
                 scalars: self.scalars.clone(),
                 ema: self.ema.as_ref().map(|e| (e.clone(), self.ema_scalars.clone())),

@@ -158,14 +158,16 @@ impl Trainer<'_> {
                 "network.forward" => {
                     let images = v.images.take().ok_or_else(|| anyhow::anyhow!("network.forward ran before data"))?;
                     if self.graphs.is_some() {
-                        // forward + loss + backward (and, for the whole step, the optimizer and
-                        // the EMA) as one captured segment; host bookkeeping stays here.
+                        // forward + loss + backward (and, when the update is captured, the
+                        // optimizer and the EMA) through the capture manager; host bookkeeping
+                        // stays here. A data-parallel rank whose update is captured all-reduces
+                        // its gradients inside the segment, between its graphs.
                         let targets = v.targets.clone().ok_or_else(|| anyhow::anyhow!("the captured segment ran before data"))?;
-                        if self.whole_step {
+                        if self.captures_update {
                             self.write_scalars();
                         }
                         let out = self.run_segment(images, targets);
-                        if self.whole_step {
+                        if self.captures_update {
                             self.model.params.borrow_mut().count_batches(&out.stats);
                             self.finish_optimizer_step();
                             v.stepped = true;
@@ -177,7 +179,7 @@ impl Trainer<'_> {
                                 // A data-parallel rank's graphs hold its own gradients: the
                                 // all-reduce runs here, eager, between the backward graph and
                                 // the optimizer (capture_plan::data_parallel_capture).
-                                self.replica.average_gradients(&mut grads);
+                                grads = self.replica.average_gradients(grads);
                             }
                             v.grads = Some(grads);
                         }
@@ -209,12 +211,12 @@ impl Trainer<'_> {
                     self.accumulate_grads(&mut grads);
                     if last_micro {
                         // DDP: every replica steps with the mean gradient of the whole batch.
-                        self.replica.average_gradients(&mut grads);
+                        grads = self.replica.average_gradients(grads);
                     }
                     v.grads = Some(grads);
                 }
                 "grad.clip" => {
-                    if self.whole_step {
+                    if self.captures_update {
                         return Ok(()); // inside the captured step
                     }
                     if let (Some(grads), true) = (v.grads.as_mut(), last_micro) {
@@ -222,7 +224,7 @@ impl Trainer<'_> {
                     }
                 }
                 "optimizer" => {
-                    if !last_micro || self.whole_step {
+                    if !last_micro || self.captures_update {
                         return Ok(());
                     }
                     let mut grads = v.grads.take().unwrap_or_default();
@@ -238,7 +240,7 @@ impl Trainer<'_> {
                 }
                 "ema" => {
                     if v.stepped
-                        && !self.whole_step
+                        && !self.captures_update
                         && let Some(ema) = self.ema.as_ref()
                     {
                         let mut ema = ema.borrow_mut();

@@ -6,7 +6,10 @@
 //! own, and its gradient with respect to each map is written in place into a stable upstream
 //! buffer. The backward graph, recorded from the capture run's autodiff tape, reads the saved
 //! activations and the upstream buffers and writes the parameter gradients. Optimizer, EMA and
-//! schedule stay eager, like the reference.
+//! schedule stay eager, like the reference — or, when the manifest captures them with the
+//! backward, the update (BatchNorm statistics, clip, optimizer, EMA) is a third graph reading
+//! the backward graph's gradient buffers. A data-parallel rank all-reduces those buffers in
+//! place between the two, eagerly: the collective stays outside the graphs.
 //!
 //! Without hardware graphs (burn's software mode, `LIBREYOLO_CAPTURE_SOFTWARE` on the CPU) the
 //! same three parts run one after the other on every step, so the tests check the split and the
@@ -51,7 +54,8 @@ fn backward_from(maps: &HeadMaps, upstream: &[Tensor<4>], cx: &Ctx) -> Vec<(Para
     cx.gradients(&total.backward())
 }
 
-/// The three parts eagerly: forward, loss, backward. With `drain` (the capture's warm-up) the
+/// The three parts eagerly: forward, loss, backward (the update, when captured, is the caller's:
+/// [`SegmentSpec::run_drained`]). With `drain` (the capture's warm-up) the
 /// device is drained between them as the graph windows drain it, so the lazy fusion backend
 /// builds the same fused kernels in the warm-up as in the windows (a kernel first built or
 /// autotuned inside a window fails it).
@@ -83,6 +87,8 @@ pub struct TwoGraphs {
     grads: Vec<(ParamId, Tensor<1>)>,
     /// The forward graph's BatchNorm batch statistics.
     stats: Vec<BatchStats>,
+    /// The update graph, reading `grads` and `stats`, when the update is captured.
+    update: Option<BackendGraph<Dispatch>>,
 }
 
 fn failed(what: &str) -> impl Fn(burn::backend::ExecutionError) -> String + '_ {
@@ -93,8 +99,10 @@ fn failed(what: &str) -> impl Fn(burn::backend::ExecutionError) -> String + '_ {
 /// when the backend has no hardware graphs.
 pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets: &Tensor<3>) -> Result<Option<TwoGraphs>, String> {
     let d = device.as_dispatch();
+    // With the update captured, the warm-up runs it too (its kernels built before a window); the
+    // caller undoes the warm-up's updates.
     let eager_step = || {
-        let out = run_split(spec, images.clone(), targets.clone(), true);
+        let out = spec.run_drained(images.clone(), targets.clone(), true);
         let _ = device.sync();
         drop(out);
     };
@@ -119,7 +127,26 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
     Dispatch::graph_start_capture(d).map_err(failed("opening the backward window"))?;
     let grads = backward_from(&maps, &stable, &cx);
     let backward_graph = Dispatch::graph_stop_capture(d).map_err(failed("recording the backward graph"))?;
-    Ok(Some(TwoGraphs { forward: forward_graph, backward: backward_graph, maps, upstream: stable, grads, stats }))
+    // The maps are kept without their autodiff tape, and the context goes: both hold handles on
+    // the parameters, which an update graph needs uniquely owned to write them in place.
+    drop(cx);
+    let maps = HeadMaps { main: maps.main.into_iter().map(Tensor::inner).collect(), aux: maps.aux.map(|a| a.into_iter().map(Tensor::inner).collect()) };
+    let update = match &spec.tail {
+        None => None,
+        Some(tail) => {
+            // The same warm-up again for the update's temporaries (the backward graph's pages are
+            // now reserved too), then the update recorded reading the backward's gradients.
+            eager_step();
+            // Only the recorded update's check counts: the eager steps above ran while the
+            // forward's context still held the parameters.
+            tail.shared.take();
+            Dispatch::graph_prepare(d).map_err(failed("preparing the update graph"))?;
+            Dispatch::graph_start_capture(d).map_err(failed("opening the update window"))?;
+            spec.update(tail, grads.clone(), &stats);
+            Some(Dispatch::graph_stop_capture(d).map_err(failed("recording the update graph"))?)
+        }
+    };
+    Ok(Some(TwoGraphs { forward: forward_graph, backward: backward_graph, maps, upstream: stable, grads, stats, update }))
 }
 
 impl TwoGraphs {
@@ -140,6 +167,18 @@ impl TwoGraphs {
             write_into(stable, new);
         }
         unsafe { Dispatch::graph_replay(d, &self.backward) }.map_err(failed("replaying the backward graph"))?;
-        Ok(SegmentOut { terms, grads: self.grads.clone(), stats: self.stats.clone() })
+        let Some(update) = &self.update else {
+            return Ok(SegmentOut { terms, grads: self.grads.clone(), stats: self.stats.clone() });
+        };
+        if let Some(reduce) = &spec.reduce {
+            // Each gradient, uniquely owned here, is all-reduced in its own buffer: the one the
+            // update graph reads.
+            if let Some((id, _)) = self.grads.iter().find(|(_, g)| !g.can_mut()) {
+                return Err(format!("the gradient of parameter {id:?} is shared, so its all-reduce would not reach the update graph"));
+            }
+            self.grads = reduce(std::mem::take(&mut self.grads));
+        }
+        unsafe { Dispatch::graph_replay(d, update) }.map_err(failed("replaying the update graph"))?;
+        Ok(SegmentOut { terms, grads: vec![], stats: self.stats.clone() })
     }
 }
