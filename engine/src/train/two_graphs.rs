@@ -99,10 +99,13 @@ fn failed(what: &str) -> impl Fn(burn::backend::ExecutionError) -> String + '_ {
 /// when the backend has no hardware graphs.
 pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets: &Tensor<3>) -> Result<Option<TwoGraphs>, String> {
     let d = device.as_dispatch();
-    // With the update captured, the warm-up runs it too (its kernels built before a window); the
-    // caller undoes the warm-up's updates.
-    let eager_step = || {
-        let out = spec.run_drained(images.clone(), targets.clone(), true);
+    // `update`: with the update captured, a warm-up step runs it too (its kernels built before a
+    // window; the caller undoes the warm-up's updates) — but never while the forward window's
+    // context holds the parameters: an update of a shared parameter lands in a new buffer, and
+    // the forward graph would go on reading the old one (seen on the H200: the replayed loss
+    // 1.3% off eager at the capture check, and an illegal address in a data-parallel rank).
+    let eager_step = |update: bool| {
+        let out = if update { spec.run_drained(images.clone(), targets.clone(), true) } else { run_split(spec, images.clone(), targets.clone(), true) };
         let _ = device.sync();
         drop(out);
     };
@@ -110,7 +113,7 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
     // Warm-up: kernels compiled and the allocation pools at their steady state before a window
     // opens (burn-0.22.md 4.2); kept alive until the sync, or fusion would skip them.
     for _ in 0..3 {
-        eager_step();
+        eager_step(true);
     }
     if Dispatch::graph_start_capture(d).is_err() {
         return Ok(None);
@@ -122,7 +125,7 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
     let stable: Vec<Tensor<4>> = upstream.iter().map(fresh_copy).collect();
     // The forward graph's pages are now reserved to it: one more eager step lets the pools
     // grow for the backward's temporaries outside a window (burn-0.22.md 4.6).
-    eager_step();
+    eager_step(false);
     Dispatch::graph_prepare(d).map_err(failed("preparing the backward graph"))?;
     Dispatch::graph_start_capture(d).map_err(failed("opening the backward window"))?;
     let grads = backward_from(&maps, &stable, &cx);
@@ -136,7 +139,7 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
         Some(tail) => {
             // The same warm-up again for the update's temporaries (the backward graph's pages are
             // now reserved too), then the update recorded reading the backward's gradients.
-            eager_step();
+            eager_step(true);
             // Only the recorded update's check counts: the eager steps above ran while the
             // forward's context still held the parameters.
             tail.shared.take();
