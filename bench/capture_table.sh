@@ -3,7 +3,12 @@
 # LibreYOLO's two graphs and with the whole step captured (`profile run`, bf16, COCO128, 640),
 # then LibreYOLO 1.6's own profile (eager and `cuda_graph=True`) on the same card.
 #
-#   BIN=/tmp/libreyolo-run bash bench/capture_table.sh BATCH [OUR_LIMIT_S [LIBREYOLO_LIMIT_S]]
+#   BIN=/tmp/libreyolo-run [MODES="eager two_graphs two_graphs_update whole_step whole_step_det"] \
+#       bash bench/capture_table.sh BATCH [OUR_LIMIT_S [LIBREYOLO_LIMIT_S]]
+#
+# Modes: eager; two_graphs (LibreYOLO's contract); two_graphs_update (the same with the update
+# captured as a third graph, what a data-parallel rank captures); whole_step; whole_step_det
+# (the whole step with BURN_DETERMINISTIC_SUM=1: what bit-reproducible sums cost).
 #
 # Runs on the GPU machine (scripts/gpu.sh remote 'sh:bash bench/capture_table.sh 16'), with
 # .gpu/coco128 and .gpu/libreyolo_profile.py carried and LibreYOLO's wheels in .whl/. The run
@@ -22,12 +27,15 @@ common=(device=0 cache=ram precision.dtype=bf16 "data=$data" "project=$work/ours
 declare -A modes=(
     [eager]=""
     [two_graphs]="cuda_graph=true"
+    [two_graphs_update]="cuda_graph=true stage.optimizer.capture=true stage.ema.capture=true"
     [whole_step]="cuda_graph=true stage.loss.capture=true stage.optimizer.capture=true stage.ema.capture=true"
+    [whole_step_det]="cuda_graph=true stage.loss.capture=true stage.optimizer.capture=true stage.ema.capture=true"
 )
-for mode in eager two_graphs whole_step; do
+for mode in ${MODES:-eager two_graphs whole_step}; do
     echo "[capture_table $(date +%T)] ours $mode b$batch"
+    det=0; [ "$mode" = whole_step_det ] && det=1
     # shellcheck disable=SC2086 # the mode's overrides are words
-    timeout "$ours_limit" "$BIN" profile run manifests/yolo9t.toml "${common[@]}" "name=$mode" ${modes[$mode]} \
+    BURN_DETERMINISTIC_SUM=$det timeout "$ours_limit" "$BIN" profile run manifests/yolo9t.toml "${common[@]}" "name=$mode" ${modes[$mode]} \
         > "$work/$mode.log" 2>&1
     echo "[capture_table] exit $? ($mode)"
     tail -n 40 "$work/$mode.log"
