@@ -1,15 +1,26 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: LibreYOLO 1.6 (PyTorch) and libreyolo-run, same machine, same run.
 
-Both train YOLOv9-t from scratch on the same dataset with the same batch, image size,
-precision and loader settings, through their own profilers (the same window: `warmup` steps
-discarded, then `steps` measured, the first half unsynchronised). Each configuration is run
-eager and with CUDA graphs (LibreYOLO `cuda_graph=True`; libreyolo-run the same two graphs, and the whole step
-captured). Prints a table of ratios, writes a JSON under OUT and, with --docs, appends a dated
-table to docs/performance.md.
+Both train YOLOv9 (sizes t, s) from scratch on the same dataset with the same batch, image
+size, precision and loader settings. Each configuration is run eager and with CUDA graphs
+(LibreYOLO `cuda_graph=True`; libreyolo-run the same two graphs, and the whole step captured).
 
-    python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--batch 8,16] [--imgsz 640]
-        [--dtype bf16] [--warmup 5] [--steps 20] [--workers 8] [--docs]
+* Default: each engine's own profiler over the same window (`warmup` steps discarded, then
+  `steps` measured, the first half unsynchronised; the real loader, so the dataloader's share
+  shows).
+* `--isolated`: the GPU step alone, one real batch replayed (LibreYOLO through
+  bench/libreyolo_isolated.py, ours with `data.fixed_batch=true`): the fastest and the median of
+  `steps` steps after `warmup`, as the step-time figures of LibreYOLO's documentation are taken.
+* `--throughput E`: images/s over whole epochs with the real loader and augmentation.
+* `--cold-cache`: our warm-up once more with an empty kernel cache (cold), next to the warm one.
+
+Every row has the peak GPU memory and the warm-up (seconds before the measured window) as their
+own figures. Prints the tables with the ratio ours / LibreYOLO, writes the JSON to OUT and
+bench/results/, and with --docs appends the tables to docs/performance.md.
+
+    python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--sizes t,s] [--batch 8,16]
+        [--dtype bf16,f16] [--imgsz 640] [--warmup 10] [--steps 24] [--workers 8] [--isolated]
+        [--throughput E] [--cold-cache] [--docs]
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
 (docs/performance.md); nothing is downloaded. CUDA graphs are skipped on the CPU.
@@ -25,29 +36,42 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 
 
-def libreyolo_run(args, batch, graph, out):
+AMP_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def libreyolo_profiled(args, size, batch, dtype, graph, out):
     """LibreYOLO's own profiled training (its `profile run`, through the Python API)."""
     import torch
     from libreyolo import LibreYOLO9
 
     torch.manual_seed(0)
-    name = f"libreyolo_b{batch}_{args.dtype}_{'graph' if graph else 'eager'}"
-    model = LibreYOLO9(None, size="t", nb_classes=80, device=args.device)
-    amp = args.dtype != "f32" and args.device != "cpu"
+    name = f"libreyolo_{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}"
+    model = LibreYOLO9(None, size=size, nb_classes=80, device=args.device)
+    amp = dtype != "f32" and args.device != "cpu"
     t0 = time.time()
     model.train(data=args.data, epochs=args.warmup + args.steps + 5, batch=batch, imgsz=args.imgsz, device=args.device,
                 workers=args.workers, seed=0, project=out, name=name, exist_ok=True, val=False, no_aug_epochs=0,
-                amp=amp, amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
+                amp=amp, amp_dtype=AMP_DTYPE.get(dtype, "float16"),
                 profile=True, profile_warmup=args.warmup, profile_steps=args.steps, profile_then_stop=True,
                 profile_open=False, cuda_graph=graph, cache="ram")
     wall = time.time() - t0
     s = json.load(open(os.path.join(out, name, "profile_summary.json")))
     a = s.get("analysis", {})
-    return {"engine": "LibreYOLO 1.6", "mode": "cuda_graph" if graph else "eager", "batch": batch,
-            "step_ms": s["real"]["step_ms"], "img_per_s": s["real"]["img_per_s"], "dataload_ms": s["real"]["dataload_ms"],
+    return {"step_ms": s["real"]["step_ms"], "img_per_s": s["real"]["img_per_s"], "dataload_ms": s["real"]["dataload_ms"],
             "gpu_util": a.get("gpu_util"), "bound": s.get("bound"), "peak_memory_mb": a.get("peak_vram_mb"), "wall_s": wall}
+
+
+def libreyolo_isolated(args, size, batch, dtype, graph, out):
+    """LibreYOLO's step on one real batch replayed (bench/libreyolo_isolated.py)."""
+    import libreyolo_isolated as iso
+
+    r = iso.measure(args.data, out, size, batch, dtype, graph, args.imgsz, args.warmup, args.steps, args.device, args.workers)
+    return {"step_ms": r["step_ms_median"], "step_ms_min": r["step_ms_min"], "step_ms_median": r["step_ms_median"],
+            "img_per_s": r["img_per_s"], "dataload_ms": 0.0, "peak_memory_mb": r["peak_memory_mb"], "warmup_s": r["warmup_s"],
+            "first_step_s": r["first_step_s"]}
 
 
 # libreyolo-run's capture modes: eager; LibreYOLO's contract (the shipped marks: forward and
@@ -60,84 +84,97 @@ OUR_MODES = {
 }
 
 
-def ours(args, batch, mode, out):
-    """libreyolo-run's `profile run` with the same settings, in capture mode `mode` (OUR_MODES)."""
-    name = f"ours_b{batch}_{args.dtype}_{mode.replace(' ', '-')}"
-    device = "cpu" if args.device == "cpu" else args.device.replace("cuda:", "").replace("cuda", "0")
-    cmd = [args.bin, "profile", "run", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"batch={batch}",
-           f"imgsz={args.imgsz}", f"device={device}", f"workers={args.workers}", "cache=ram", f"profile.warmup={args.warmup}",
-           f"profile.steps={args.steps}", f"project={out}", f"name={name}", "seed=0",
-           f"precision.dtype={'fp16' if args.dtype == 'f16' else 'bf16'}",
-           f"precision.amp={'false' if args.dtype == 'f32' else 'true'}"]
+def device_arg(args):
+    return "cpu" if args.device == "cpu" else args.device.replace("cuda:", "").replace("cuda", "0")
+
+
+def precision_args(dtype):
+    return [f"precision.dtype={'fp16' if dtype == 'f16' else 'bf16'}", f"precision.amp={'false' if dtype == 'f32' else 'true'}"]
+
+
+def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
+    """libreyolo-run's `profile run` with the same settings, in capture mode `mode` (OUR_MODES).
+    Isolated: one batch replayed, and twice the steps so that the profiler's unsynchronised half
+    holds `steps` of them (the synced half times each phase)."""
+    name = f"ours_{size}_b{batch}_{dtype}_{mode.replace(' ', '-')}{'_cold' if kernel_cache else ''}"
+    steps = 2 * args.steps if args.isolated else args.steps
+    cmd = [args.bin, "profile", "run", os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
+           f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"profile.warmup={args.warmup}",
+           f"profile.steps={steps}", f"project={out}", f"name={name}", "exist_ok=true", "seed=0"] + precision_args(dtype)
     cmd += OUR_MODES[mode]
     if args.isolated:
         cmd += ["data.fixed_batch=true"]
+    # A cold run: an empty kernel cache, and an empty driver JIT cache with it.
+    env = dict(os.environ, **({"LIBREYOLO_KERNEL_CACHE": kernel_cache, "CUDA_CACHE_PATH": os.path.join(kernel_cache, "nv")} if kernel_cache else {}))
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.time() - t0
     if r.returncode != 0:
         raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
     p = json.load(open(os.path.join(out, name, "profile.json")))
-    return {"engine": "libreyolo-run", "mode": mode, "batch": batch,
-            "step_ms": p["real"]["step_ms"], "img_per_s": p["real"]["img_per_s"], "dataload_ms": p["real"]["dataload_ms"],
-            "step_ms_min": p["real"].get("step_ms_min"), "step_ms_median": p["real"].get("step_ms_median"),
+    real, window = p["real"], p.get("window", {})
+    return {"step_ms": real["step_ms_median"] if args.isolated else real["step_ms"], "img_per_s": real["img_per_s"],
+            "dataload_ms": real["dataload_ms"], "step_ms_min": real.get("step_ms_min"), "step_ms_median": real.get("step_ms_median"),
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
-            "peak_memory_mb": p.get("peak_memory_mb"), "wall_s": wall, "captured": p["meta"]["capture"]}
+            "peak_memory_mb": p.get("peak_memory_mb"), "warmup_s": window.get("warmup_s"), "first_step_s": window.get("first_step_s"),
+            "wall_s": wall, "captured": p["meta"]["capture"],
+            "fell_back": "falling back to eager" in r.stderr or "ignored" in r.stderr}
 
 
-def libreyolo_epochs(args, batch, epochs, out):
-    """Wall time of a LibreYOLO training of `epochs` epochs (no profiler, no validation)."""
-    import torch
-    from libreyolo import LibreYOLO9
-
-    torch.manual_seed(0)
-    model = LibreYOLO9(None, size="t", nb_classes=80, device=args.device)
-    amp = args.dtype != "f32" and args.device != "cpu"
+def train_seconds(args, engine, size, batch, dtype, epochs, out):
+    """Wall time of a training of `epochs` epochs (no profiler, no validation) by `engine`."""
     t0 = time.time()
-    model.train(data=args.data, epochs=epochs, batch=batch, imgsz=args.imgsz, device=args.device, workers=args.workers,
-                seed=0, project=out, name=f"libreyolo_tp_b{batch}_e{epochs}", exist_ok=True, val=False, no_aug_epochs=0,
-                amp=amp, amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"), cache="ram")
+    if engine == "LibreYOLO 1.6":
+        import torch
+        from libreyolo import LibreYOLO9
+
+        torch.manual_seed(0)
+        model = LibreYOLO9(None, size=size, nb_classes=80, device=args.device)
+        model.train(data=args.data, epochs=epochs, batch=batch, imgsz=args.imgsz, device=args.device, workers=args.workers,
+                    seed=0, project=out, name=f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}", exist_ok=True, val=False,
+                    no_aug_epochs=0, amp=dtype != "f32" and args.device != "cpu", amp_dtype=AMP_DTYPE.get(dtype, "float16"), cache="ram")
+    else:
+        cmd = [args.bin, os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
+               f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"epochs={epochs}",
+               "val=false", "no_aug_epochs=0", f"project={out}", f"name=ours_tp_{size}_b{batch}_{dtype}_e{epochs}", "exist_ok=true",
+               "seed=0"] + precision_args(dtype)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
     return time.time() - t0
 
 
-def ours_epochs(args, batch, epochs, out):
-    """Wall time of a libreyolo-run training of `epochs` epochs (no validation)."""
-    device = "cpu" if args.device == "cpu" else args.device.replace("cuda:", "").replace("cuda", "0")
-    cmd = [args.bin, os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"batch={batch}", f"imgsz={args.imgsz}",
-           f"device={device}", f"workers={args.workers}", "cache=ram", f"epochs={epochs}", "val=false", "no_aug_epochs=0",
-           f"project={out}", f"name=ours_tp_b{batch}_e{epochs}", "exist_ok=true", "seed=0",
-           f"precision.dtype={'fp16' if args.dtype == 'f16' else 'bf16'}", f"precision.amp={'false' if args.dtype == 'f32' else 'true'}"]
-    t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
-    return time.time() - t0
-
-
-def throughput(args, batch, out, images):
+def throughput(args, size, batch, dtype, out, images):
     """Images/s over whole epochs, start-up and warm-up excluded: the same training for 1 and for
     1 + E epochs, the difference divided by E epochs (both engines measured the same way)."""
     rows = []
-    for engine, run in (("LibreYOLO 1.6", libreyolo_epochs), ("libreyolo-run", ours_epochs)):
-        one = run(args, batch, 1, out)
-        more = run(args, batch, 1 + args.throughput, out)
+    for engine in ("LibreYOLO 1.6", "libreyolo-run"):
+        one = train_seconds(args, engine, size, batch, dtype, 1, out)
+        more = train_seconds(args, engine, size, batch, dtype, 1 + args.throughput, out)
         per_epoch = (more - one) / args.throughput
-        rows.append({"engine": engine, "batch": batch, "epoch_s": per_epoch, "img_per_s": images / per_epoch,
-                     "first_epoch_s": one})
+        rows.append({"engine": engine, "size": size, "batch": batch, "dtype": dtype, "epoch_s": per_epoch,
+                     "img_per_s": images / per_epoch, "first_epoch_s": one})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
+def fmt(v, spec=".1f"):
+    return "–" if v is None else format(v, spec)
+
+
 def table(rows, args):
-    lines = [f"| engine | mode | batch | step ms | img/s | dataload ms | GPU util | verdict | ours / LibreYOLO step |",
-             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
-    ref = {(r["batch"], r["mode"] == "eager"): r for r in rows if r["engine"].startswith("LibreYOLO")}
+    """Step times side by side; the ratio is ours / LibreYOLO's in the same graph mode."""
+    step = "median step ms" if args.isolated else "step ms"
+    lines = [f"| engine | size | dtype | batch | mode | {step} | fastest ms | img/s | dataload share | peak MB | warm-up s | verdict | ours / LibreYOLO |",
+             "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
+    ref = {(r["size"], r["dtype"], r["batch"], r["mode"] == "eager"): r for r in rows if r["engine"].startswith("LibreYOLO")}
     for r in rows:
-        base = ref.get((r["batch"], r["mode"] == "eager"))
+        base = ref.get((r["size"], r["dtype"], r["batch"], r["mode"] == "eager"))
         ratio = f"{r['step_ms'] / base['step_ms']:.2f}x" if r["engine"] == "libreyolo-run" and base else ""
-        util = f"{r['gpu_util'] * 100:.0f}%" if r.get("gpu_util") is not None else "–"
-        lines.append(f"| {r['engine']} | {r['mode']} | {r['batch']} | {r['step_ms']:.1f} | {r['img_per_s']:.1f} | "
-                     f"{r['dataload_ms']:.1f} | {util} | {r['bound']} | {ratio} |")
+        share = f"{100 * r['dataload_ms'] / r['step_ms']:.0f}%" if r.get("dataload_ms") is not None and r["step_ms"] else "–"
+        mode = r["mode"] + (" (fell back to eager)" if r.get("fell_back") else "")
+        lines.append(f"| {r['engine']} | {r['size']} | {r['dtype']} | {r['batch']} | {mode} | {r['step_ms']:.1f} | {fmt(r.get('step_ms_min'))} | "
+                     f"{r['img_per_s']:.1f} | {share} | {fmt(r.get('peak_memory_mb'), '.0f')} | {fmt(r.get('warmup_s'))} | {r.get('bound') or '–'} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -147,38 +184,63 @@ def main():
     ap.add_argument("data")
     ap.add_argument("out")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--sizes", default="t", help="YOLOv9 sizes, comma-separated (t,s)")
     ap.add_argument("--batch", default="8,16")
     ap.add_argument("--imgsz", type=int, default=640)
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--dtype", default="bf16", help="comma-separated: bf16, f16, f32")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--docs", action="store_true", help="append the table to docs/performance.md")
+    ap.add_argument("--modes", default="eager,two graphs,whole-step graph", help="our capture modes (OUR_MODES), comma-separated")
+    ap.add_argument("--docs", action="store_true", help="append the tables to docs/performance.md")
     ap.add_argument("--throughput", type=int, default=0, metavar="E",
                     help="also measure images/s over E whole epochs (1 and 1+E epochs trained, the difference used)")
-    ap.add_argument("--isolated", action="store_true",
-                    help="libreyolo-run trains every step on one batch (data.fixed_batch=true): step time without the loader")
+    ap.add_argument("--isolated", action="store_true", help="the step alone: one real batch replayed, fastest and median of STEPS")
+    ap.add_argument("--cold-cache", action="store_true", help="also our warm-up with an empty kernel cache (the first mode of each row)")
     args = ap.parse_args()
+    dtypes = args.dtype.split(",")
+    for d in dtypes:
+        if d not in ("bf16", "f16", "f32"):
+            ap.error(f"--dtype {d}: expected bf16, f16 or f32")
+    modes = args.modes.split(",")
+    for m in modes:
+        if m not in OUR_MODES:
+            ap.error(f"--modes {m}: expected one of {', '.join(OUR_MODES)}")
     os.makedirs(args.out, exist_ok=True)
     graphs = [False] if args.device == "cpu" else [False, True]
-    rows = []
-    for batch in [int(b) for b in args.batch.split(",")]:
-        for graph in graphs:
-            print(f"[compare] LibreYOLO batch {batch} {'cuda_graph' if graph else 'eager'} ...", flush=True)
-            rows.append(libreyolo_run(args, batch, graph, args.out))
-            print(json.dumps(rows[-1]), flush=True)
-            for mode in (["two graphs", "whole-step graph"] if graph else ["eager"]):
-                print(f"[compare] libreyolo-run batch {batch} {mode} ...", flush=True)
-                rows.append(ours(args, batch, mode, args.out))
-                print(json.dumps(rows[-1]), flush=True)
+    lib = libreyolo_isolated if args.isolated else libreyolo_profiled
+    rows, cold = [], []
+    for size in args.sizes.split(","):
+        for dtype in dtypes:
+            for batch in [int(b) for b in args.batch.split(",")]:
+                key = {"size": size, "dtype": dtype, "batch": batch}
+                for graph in graphs:
+                    print(f"[compare] LibreYOLO {size} {dtype} b{batch} {'cuda_graph' if graph else 'eager'} ...", flush=True)
+                    rows.append({"engine": "LibreYOLO 1.6", **key, "mode": "cuda_graph" if graph else "eager",
+                                 **lib(args, size, batch, dtype, graph, args.out)})
+                    print(json.dumps(rows[-1]), flush=True)
+                    for mode in [m for m in modes if (m != "eager") == graph]:
+                        print(f"[compare] libreyolo-run {size} {dtype} b{batch} {mode} ...", flush=True)
+                        rows.append({"engine": "libreyolo-run", **key, "mode": mode, **ours(args, size, batch, dtype, mode, args.out)})
+                        print(json.dumps(rows[-1]), flush=True)
+                if args.cold_cache:
+                    import tempfile
+
+                    with tempfile.TemporaryDirectory(prefix="kernels-cold-") as empty:
+                        print(f"[compare] libreyolo-run {size} {dtype} b{batch} {modes[0]}, cold kernel cache ...", flush=True)
+                        cold.append({"engine": "libreyolo-run", **key, "mode": modes[0], "cache": "cold",
+                                     **ours(args, size, batch, dtype, modes[0], args.out, kernel_cache=empty)})
+                        print(json.dumps(cold[-1]), flush=True)
     tp_rows = []
     if args.throughput > 0:
         import yaml
         cfg = yaml.safe_load(open(args.data))
         train_dir = os.path.join(cfg["path"], cfg["train"])
         images = len([f for f in os.listdir(train_dir) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp"))])
-        for batch in [int(b) for b in args.batch.split(",")]:
-            tp_rows += throughput(args, batch, args.out, images)
+        for size in args.sizes.split(","):
+            for dtype in dtypes:
+                for batch in [int(b) for b in args.batch.split(",")]:
+                    tp_rows += throughput(args, size, batch, dtype, args.out, images)
     import torch
     import libreyolo
     version = subprocess.run([args.bin, "--version"], capture_output=True, text=True).stdout.strip()
@@ -187,25 +249,35 @@ def main():
         "machine": {"host": platform.node(), "cpu_count": os.cpu_count(), "device": args.device,
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "software": {"libreyolo": libreyolo.__version__, "torch": torch.__version__, "libreyolo-run": version},
-        "settings": {k: getattr(args, k) for k in ("batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated")},
-        "units": {"step_ms": "ms", "img_per_s": "images/s", "dataload_ms": "ms", "peak_memory_mb": "MB", "wall_s": "s",
-                  "epoch_s": "s", "first_epoch_s": "s"},
+        "settings": {k: getattr(args, k) for k in ("sizes", "batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated", "modes")},
+        "units": {"step_ms": "ms", "step_ms_min": "ms", "step_ms_median": "ms", "img_per_s": "images/s", "dataload_ms": "ms",
+                  "peak_memory_mb": "MB", "warmup_s": "s", "first_step_s": "s", "wall_s": "s", "epoch_s": "s", "first_epoch_s": "s"},
         "rows": rows,
+        "cold_cache": cold,
         "throughput": tp_rows,
     }
-    path = os.path.join(args.out, f"compare-{result['date']}-{args.device}.json")
-    json.dump(result, open(path, "w"), indent=1)
+    name = f"{result['date']}-{args.device.replace(':', '')}-compare{'-isolated' if args.isolated else ''}.json"
+    paths = [os.path.join(args.out, name), os.path.join(ROOT, "bench", "results", name)]
+    for path in paths:
+        json.dump(result, open(path, "w"), indent=1)
     text = table(rows, args)
+    if cold:
+        text += "\n\n| ours, warm-up | size | dtype | batch | mode | cold cache s (first step) | warm cache s (first step) |\n|---|---|---|---:|---|---:|---:|\n"
+        for c in cold:
+            warm = next((r for r in rows if r["engine"] == "libreyolo-run" and all(r[k] == c[k] for k in ("size", "dtype", "batch", "mode"))), {})
+            text += (f"| libreyolo-run | {c['size']} | {c['dtype']} | {c['batch']} | {c['mode']} | {fmt(c.get('warmup_s'))} "
+                     f"({fmt(c.get('first_step_s'))}) | {fmt(warm.get('warmup_s'))} ({fmt(warm.get('first_step_s'))}) |\n")
     if tp_rows:
-        text += "\n\n| engine | batch | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) |\n|---|---:|---:|---:|---:|\n"
-        text += "\n".join(f"| {r['engine']} | {r['batch']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | {r['first_epoch_s']:.1f} |" for r in tp_rows)
-    print("\n" + text + f"\n\nwrote {path}")
+        text += "\n\n| engine | size | dtype | batch | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) |\n|---|---|---|---:|---:|---:|---:|\n"
+        text += "\n".join(f"| {r['engine']} | {r['size']} | {r['dtype']} | {r['batch']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | {r['first_epoch_s']:.1f} |"
+                          for r in tp_rows)
+    print("\n" + text + f"\n\nwrote {' and '.join(paths)}")
     if args.docs:
         with open(os.path.join(ROOT, "docs/performance.md"), "a") as f:
-            f.write(f"\n## {result['date']}: side by side on {args.device} (bench/compare.py)\n\n"
-                    f"YOLOv9-t from scratch, {args.imgsz} px, {args.dtype}, workers {args.workers}, RAM cache, profiler window "
-                    f"{args.warmup} + {args.steps} steps; LibreYOLO {libreyolo.__version__} (torch {torch.__version__}) vs "
-                    f"{version}. JSON: {os.path.basename(path)}.\n\n{text}\n")
+            f.write(f"\n## {result['date']}: side by side on {args.device} (bench/compare.py{' --isolated' if args.isolated else ''})\n\n"
+                    f"YOLOv9 {args.sizes} from scratch, {args.imgsz} px, {args.dtype}, workers {args.workers}, RAM cache, "
+                    f"{args.warmup} warm-up + {args.steps} measured steps; LibreYOLO {libreyolo.__version__} (torch {torch.__version__}) vs "
+                    f"{version}. JSON: bench/results/{name}.\n\n{text}\n")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,11 @@ pub struct Measurements {
     pub peak_memory_mb: Option<f64>,
     /// Host cost of the probes themselves per unsynced step (two clock reads per phase).
     pub probe_overhead_us_per_step: f64,
+    /// Seconds from the profiler's start (the trainer built) to the end of the first step, and
+    /// to the start of the measured window: the warm-up (kernel compilation, autotune, capture),
+    /// reported on its own and never in a step time.
+    pub first_step_s: Option<f64>,
+    pub warmup_s: Option<f64>,
 }
 
 /// The run the profile describes.
@@ -70,6 +75,11 @@ pub struct Window {
     pub warmup: usize,
     pub real_steps: usize,
     pub synced_steps: usize,
+    /// Seconds to the end of the first step and to the window's start ([`Measurements`]).
+    #[serde(default)]
+    pub first_step_s: Option<f64>,
+    #[serde(default)]
+    pub warmup_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -339,7 +349,7 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
     let batch = meta.batch;
     Profile {
         schema: SCHEMA.into(),
-        window: Window { warmup, real_steps: real.len(), synced_steps: synced.len() },
+        window: Window { warmup, real_steps: real.len(), synced_steps: synced.len(), first_step_s: m.first_step_s, warmup_s: m.warmup_s },
         real: Real {
             step_ms,
             step_ms_min: Some(real.iter().map(|s| s.dur_ms).fold(f64::INFINITY, f64::min)).filter(|m| m.is_finite()).unwrap_or(0.0),

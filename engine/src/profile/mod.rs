@@ -50,6 +50,9 @@ pub struct Profiler {
     pages_per_step: Option<f64>,
     peak_bytes: Option<u64>,
     probe_ns: u128,
+    /// Seconds since `clock` at the end of the first step, and at the window's start.
+    first_step_s: Option<f64>,
+    warmup_s: Option<f64>,
 }
 
 /// The step being measured.
@@ -80,6 +83,8 @@ impl Profiler {
             pages_per_step: None,
             peak_bytes: None,
             probe_ns: 0,
+            first_step_s: None,
+            warmup_s: None,
         }
     }
 
@@ -100,6 +105,7 @@ impl Profiler {
         let Some(i) = self.measured_index() else { return };
         if i == 0 {
             self.pages_at_real_start = pool_pages(&self.device);
+            self.warmup_s.get_or_insert(self.clock.elapsed().as_secs_f64());
         }
         if i == self.active / 2 {
             self.pages_per_step = self.pages_at_real_start.zip(pool_pages(&self.device)).map(|(a, b)| b.saturating_sub(a) as f64 / (self.active / 2).max(1) as f64);
@@ -191,6 +197,9 @@ impl Profiler {
                 phases: open.phases,
             });
         }
+        if self.seen == 0 {
+            self.first_step_s = Some(self.clock.elapsed().as_secs_f64());
+        }
         self.seen += 1;
         if self.seen >= self.warmup + self.active { Progress::Done } else { Progress::Measuring }
     }
@@ -213,6 +222,8 @@ impl Profiler {
             pool_pages_per_step: self.pages_per_step,
             peak_memory_mb: self.peak_bytes.map(|b| b as f64 / 1e6),
             probe_overhead_us_per_step: self.probe_ns as f64 / 1e3 / real as f64,
+            first_step_s: self.first_step_s,
+            warmup_s: self.warmup_s,
         };
         analysis::analyse(self.meta, self.warmup, m)
     }
@@ -254,6 +265,9 @@ pub fn report(p: &Profile) -> String {
         None => {
             let _ = writeln!(s, "  no kernel view on this device (CPU): utilisation counts as 0%");
         }
+    }
+    if let (Some(first), Some(all)) = (p.window.first_step_s, p.window.warmup_s) {
+        let _ = writeln!(s, "  warm-up {all:.1} s before the window ({} steps; the first step {first:.1} s: kernel compilation, autotune, capture)", p.window.warmup);
     }
     if let Some(mb) = p.peak_memory_mb {
         let _ = writeln!(s, "  peak pool memory {mb:.0} MB, {:.1} new pool pages/step", p.pool_pages_per_step.unwrap_or(0.0));
@@ -311,5 +325,25 @@ mod tests {
         p.abandon_step();
         p.begin_step();
         assert_eq!(p.kernels.as_ref().unwrap().observer_id(), first, "the recorder was replaced");
+    }
+
+    /// The warm-up is its own figure: the first step (compilation, capture) and everything
+    /// before the window, never part of a measured step.
+    #[test]
+    fn the_warm_up_is_reported_apart_from_the_steps() {
+        let mut p = Profiler::new(Device::flex(), Meta { batch: 4, ..Default::default() }, 2, 2, false);
+        for i in 0..4 {
+            p.begin_step();
+            p.fetched();
+            if i == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(30)); // a slow first step
+            }
+            p.end_step();
+        }
+        let profile = p.finish();
+        let (first, warmup) = (profile.window.first_step_s.unwrap(), profile.window.warmup_s.unwrap());
+        assert!(first >= 0.03, "{first}");
+        assert!(warmup >= first, "{warmup} < {first}");
+        assert!(profile.real.step_ms < 30.0, "the slow first step leaked into the window: {}", profile.real.step_ms);
     }
 }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# bench/compare.py on the GPU machine, in one device call: installs LibreYOLO 1.6 and
+# pycocotools from the wheels carried in .whl/ (never downloads), points COCO128's yaml at the
+# carried copy, runs the comparison with $BIN and returns the table and the JSON in $OUT.
+#
+#   scripts/gpu.sh remote '@560:sh:bash bench/compare_gpu.sh [compare.py options]'
+#       carry: .gpu/libreyolo-run.xz .gpu/kernels.tar.xz .gpu/coco128 .whl
+#
+# e.g. `--sizes t --batch 8,16 --dtype bf16 --isolated` (the GPU step alone), or `--throughput 3`
+# (whole epochs with the real loader). The full matrix of issue #10 (t and s, b8 and b16, bf16
+# and fp16, eager and captured) does not fit one 10-minute call: split it by --sizes / --dtype.
+set -euo pipefail
+: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the device machine, where \$OUT is set}"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+sed "s|^path: .*|path: $PWD/.gpu/coco128|" .gpu/coco128/coco128.yaml > /tmp/coco128.yaml
+work=$(mktemp -d /tmp/compare.XXXX) # a fresh directory: a warm machine keeps /tmp
+python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda "$@" 2>&1 | grep -v "━" | tee "$OUT/compare.txt"
+cp "$work"/*-compare*.json "$OUT/"
