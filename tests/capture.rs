@@ -67,6 +67,25 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert_eq!(losses("eager"), losses("contract-update"));
 }
 
+/// A stage that computes something else once mosaic closes (YOLOX's loss gains its L1 branch)
+/// asks for new graphs: they are dropped at the first epoch without mosaic and captured again
+/// at the threshold, and the run still trains exactly like eager.
+#[test]
+fn a_stage_can_have_its_graphs_captured_again_when_mosaic_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let two_epochs = ["epochs=2", "no_aug_epochs=1"];
+    let (ok, log) = train(dir.path(), "eager", &two_epochs);
+    assert!(ok, "{log}");
+    let mut graphed = two_epochs.to_vec();
+    graphed.extend(["cuda_graph=true", "stage.loss.capture=true", "stage.loss.recapture_on=[\"mosaic_close\"]"]);
+    let (ok, log) = train(dir.path(), "graph", &graphed);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("cuda_graph: capture invalidated (mosaic closed at epoch 2; stage `loss` asked to re-capture); will re-capture").count(), 1, "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training forward/loss/backward at input shape [16, 3, 64, 64]").count(), 2, "{log}");
+    let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
+    assert!(weights("eager") == weights("graph"), "re-captured graphs trained differently from eager");
+}
+
 #[test]
 fn a_plan_this_build_cannot_capture_says_why_and_trains_eager() {
     let dir = tempfile::tempdir().unwrap();

@@ -297,3 +297,13 @@ fn plan_reproduces_libreyolo_contract() {
     // With capture off the whole step is one eager segment.
     assert_eq!(dag.plan(false).segments.len(), 1);
 }
+
+#[test]
+fn unknown_recapture_event_is_named_and_suggested() {
+    let out = error(&shipped_manifest(), &["stage.loss.recapture_on=[\"mosaic_closed\"]"]);
+    assert!(out.contains("unknown run event `mosaic_closed` in stage `loss`"), "{out}");
+    assert!(out.contains("did you mean `mosaic_close`?"), "{out}");
+    assert!(out.contains("known events: mosaic_close"), "{out}");
+    let (_, dag) = load(&shipped_manifest(), &["stage.loss.recapture_on=[\"mosaic_close\"]", "stage.loss.capture=true"]).unwrap();
+    assert_eq!(dag.recapturing_on("mosaic_close"), ["loss"]);
+}

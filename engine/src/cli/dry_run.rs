@@ -58,12 +58,13 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         let mark = if s.capture { "capture" } else { "eager" };
         let _ = writeln!(
             out,
-            "  {:>2}. {:name_w$}  {:kind_w$}  {:7}  <- {}",
+            "  {:>2}. {:name_w$}  {:kind_w$}  {:7}  <- {}{}",
             n + 1,
             s.name,
             s.kind.name,
             mark,
-            if inputs.is_empty() { "(none)".to_string() } else { inputs.join(", ") }
+            if inputs.is_empty() { "(none)".to_string() } else { inputs.join(", ") },
+            if s.recapture_on.is_empty() { String::new() } else { format!("  (re-captured on {})", s.recapture_on.join(", ")) }
         );
     }
     let _ = writeln!(out, "\nsegments:");

@@ -29,7 +29,13 @@ pub struct Stage {
     pub kind: &'static StageKind,
     pub capture: bool,
     pub inputs: Vec<ValueRef>,
+    /// Run events that invalidate the graphs holding this stage ([`RECAPTURE_EVENTS`]).
+    pub recapture_on: Vec<String>,
 }
+
+/// The run events a stage may ask to re-capture on: `mosaic_close`, the first epoch without
+/// mosaic (`augment.no_aug_epochs` before the end).
+pub const RECAPTURE_EVENTS: &[&str] = &["mosaic_close"];
 
 /// The checked step DAG.
 #[derive(Debug)]
@@ -41,6 +47,11 @@ pub struct StepDag {
 }
 
 impl StepDag {
+    /// The captured stages that ask to re-capture on `event`, by name.
+    pub fn recapturing_on(&self, event: &str) -> Vec<&str> {
+        self.stages.iter().filter(|s| s.capture && s.recapture_on.iter().any(|e| e == event)).map(|s| s.name.as_str()).collect()
+    }
+
     /// Builds and checks the DAG of a loaded manifest.
     pub fn build(loaded: &LoadedManifest) -> Result<Self, Diagnostic> {
         let specs = &loaded.manifest.stages;
@@ -93,7 +104,16 @@ impl StepDag {
                     ))
                     .with_label("set `capture = false`"));
             }
-            stages.push(Stage { name: spec.name.clone(), kind, capture: spec.capture, inputs });
+            for (j, event) in spec.recapture_on.iter().enumerate() {
+                if !RECAPTURE_EVENTS.contains(&event.as_str()) {
+                    return Err(source
+                        .error_at(&KeyPath::stage(i).key("recapture_on").index(j), Part::Value, format!("unknown run event `{event}` in stage `{}`", spec.name))
+                        .with_label("unknown event")
+                        .with_help(suggestion(event, RECAPTURE_EVENTS.iter().copied()))
+                        .with_note(format!("known events: {}", RECAPTURE_EVENTS.join(", "))));
+                }
+            }
+            stages.push(Stage { name: spec.name.clone(), kind, capture: spec.capture, inputs, recapture_on: spec.recapture_on.clone() });
         }
 
         let mut graph = DiGraph::new();

@@ -341,6 +341,11 @@ pub struct StageSpec {
     /// Replay this stage inside a CUDA graph when capture is on.
     #[serde(default)]
     pub capture: bool,
+    /// Run events after which this captured stage computes something else, so the graphs
+    /// holding it are dropped and captured again at the threshold (LibreYOLO's
+    /// `invalidate_cuda_graph`; YOLOX's loss gains its L1 branch at `mosaic_close`).
+    #[serde(default)]
+    pub recapture_on: Vec<String>,
 }
 
 mod defaults {

@@ -343,6 +343,21 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
     let first_epoch = state.next_epoch;
     for epoch in first_epoch..epochs {
         let mosaic = epoch < no_aug_start;
+        if epoch == no_aug_start && epoch > first_epoch {
+            // Stages that compute something else without mosaic ask for new graphs.
+            let stages = dag.recapturing_on("mosaic_close");
+            if !stages.is_empty() {
+                let reason = format!("mosaic closed at epoch {}; stage `{}` asked to re-capture", epoch + 1, stages.join("`, `"));
+                if let Some(graphs) = trainer.graphs.as_mut() {
+                    graphs.invalidate(&reason);
+                }
+                // Validation's graphs hold only the network's forward.
+                let forward_changes = dag.stages.iter().any(|s| s.kind.name == "network.forward" && stages.contains(&s.name.as_str()));
+                if forward_changes && let Some(graphs) = val_graphs.as_mut() {
+                    graphs.invalidate(&reason);
+                }
+            }
+        }
         let epoch_loader = if mosaic { &loader } else { &loader_no_mosaic };
         let started = Instant::now();
         let (losses, images, end, steps) = trainer.run_epoch(epoch_loader, epoch, epochs)?;
