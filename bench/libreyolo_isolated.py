@@ -9,7 +9,8 @@ EMA, schedule untouched) with two hooks on the trainer class:
   * each step's end is stamped where the loop calls `_apply_scheduler`, right after the step's
     `loss.item()` (a device sync), so consecutive stamps are whole synchronised steps.
 The first `warmup` steps (CUDA-graph capture at the 3rd included) are discarded; the fastest and
-the median of the next `steps` are reported with the peak GPU memory and the warm-up as its own
+the median of the next `steps` are reported with the peak GPU memory (reserved, as our pool
+counts it, and allocated) and the warm-up as its own
 figures (seconds from the epoch's start to the end of the first step and to the window).
 
     python3 bench/libreyolo_isolated.py DATA_YAML OUT --size t --batch 8 --dtype bf16 [--graph]
@@ -91,7 +92,10 @@ def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, 
         # counts from the trainer's: to the end of the first step, and to the measured window.
         "first_step_s": round(stamps[0] - started[0], 3),
         "warmup_s": round(stamps[warmup - 1] - started[0], 3),
-        "peak_memory_mb": round(torch.cuda.max_memory_allocated() / 1e6, 1) if cuda else None,
+        # Reserved by PyTorch's caching allocator: what our pool's peak pages are (memory taken
+        # from the device), not the smaller peak of live tensors, which comes as well.
+        "peak_memory_mb": round(torch.cuda.max_memory_reserved() / 1e6, 1) if cuda else None,
+        "peak_allocated_mb": round(torch.cuda.max_memory_allocated() / 1e6, 1) if cuda else None,
     }
 
 
