@@ -48,25 +48,37 @@ fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolve
     let accumulate = accumulation(m.optim.nbs, nominal_batch(m.run.batch));
     let fp16_scaling = m.precision.amp && m.precision.dtype == crate::manifest::AmpDtype::Fp16 && resolved.backend == crate::device::Backend::Cuda;
     if resolved.backend != crate::device::Backend::Cuda && !software {
-        Err("device is not CUDA".to_string())
-    } else if !(captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] || two_graphs(&captured) || two_graphs_and_update(&captured) || whole_step(&captured)) {
+        return Err("device is not CUDA".to_string());
+    }
+    plan_support(&captured, accumulate, fp16_scaling)
+}
+
+/// What a plan of captured stage kinds (`captured`, one list a segment) captures, given the
+/// micro-batches per optimizer step and whether fp16 dynamic loss scaling is on.
+fn plan_support(captured: &[Vec<&str>], accumulate: usize, fp16_scaling: bool) -> Result<CaptureSupport, String> {
+    let kind = if whole_step(captured) {
+        CaptureSupport::WholeStep
+    } else if two_graphs(captured) {
+        CaptureSupport::TwoGraphs
+    } else if two_graphs_and_update(captured) {
+        CaptureSupport::TwoGraphsAndUpdate
+    } else if captured == [vec!["network.forward", "loss.yolo9", "network.backward"]] {
+        CaptureSupport::Segment
+    } else {
         let plan: Vec<String> = captured.iter().map(|s| format!("[{}]", s.join(", "))).collect();
-        Err(format!(
+        return Err(format!(
             "the plan captures {}; this build captures the forward and the backward as two graphs (LibreYOLO's contract), those two with the optimizer and the EMA (`stage.optimizer.capture=true stage.ema.capture=true`), forward + loss + backward as one segment (mark the loss stage capture = true: `stage.loss.capture=true`), or the whole step with the optimizer and the EMA",
             if plan.is_empty() { "nothing".into() } else { plan.join(" and ") }
-        ))
-    } else if accumulate > 1 {
+        ));
+    };
+    if accumulate > 1 {
         Err(format!("gradient accumulation ({accumulate} micro-batches per step) is not captured"))
-    } else if fp16_scaling {
-        Err("fp16 dynamic loss scaling reads the gradients on the host; use bf16".to_string())
-    } else if whole_step(&captured) {
-        Ok(CaptureSupport::WholeStep)
-    } else if two_graphs(&captured) {
-        Ok(CaptureSupport::TwoGraphs)
-    } else if two_graphs_and_update(&captured) {
-        Ok(CaptureSupport::TwoGraphsAndUpdate)
+    } else if fp16_scaling && kind != CaptureSupport::TwoGraphs {
+        // LibreYOLO's contract keeps it: the eager loss applies this step's scale, the eager
+        // optimizer unscales and skips a step with non-finite gradients, as GradScaler does.
+        Err("fp16 dynamic loss scaling reads the gradients on the host before the optimizer, so only LibreYOLO's two graphs (optimizer eager) capture in fp16; use bf16 (`precision.dtype=bf16`) for this plan".to_string())
     } else {
-        Ok(CaptureSupport::Segment)
+        Ok(kind)
     }
 }
 
@@ -166,6 +178,24 @@ mod tests {
         assert!(why(4, true, false, Segment).contains("one graph"));
         assert!(why(2, true, true, TwoGraphs).contains("sync_bn=false"));
         assert!(why(2, false, false, TwoGraphs).contains("one process per GPU"));
+    }
+
+    /// fp16 loss scaling needs the gradients on the host before the optimizer: only the two
+    /// graphs (optimizer eager) capture with it, as LibreYOLO's `cuda_graph=True` with its
+    /// default fp16 AMP does; accumulation is never captured.
+    #[test]
+    fn fp16_loss_scaling_captures_the_two_graphs_only() {
+        let two = [vec!["network.forward"], vec!["network.backward"]];
+        let update = [vec!["network.forward"], vec!["network.backward", "optimizer", "ema"]];
+        let whole = [vec!["network.forward", "loss.yolo9", "network.backward", "optimizer", "ema"]];
+        let segment = [vec!["network.forward", "loss.yolo9", "network.backward"]];
+        assert_eq!(plan_support(&two, 1, true), Ok(CaptureSupport::TwoGraphs));
+        for plan in [&update[..], &whole[..], &segment[..]] {
+            assert!(plan_support(plan, 1, true).unwrap_err().contains("use bf16"), "{plan:?}");
+            assert!(plan_support(plan, 1, false).is_ok(), "{plan:?}");
+        }
+        assert!(plan_support(&two, 4, false).unwrap_err().contains("accumulation (4 micro-batches"));
+        assert!(plan_support(&[vec!["network.backward"]], 1, false).unwrap_err().contains("the plan captures [network.backward]"));
     }
 
     /// The plans each kind stands for, as the manifest's capture marks give them.

@@ -78,7 +78,8 @@ pub struct SegmentSpec {
     pub forward: ForwardSpec,
     pub loss: Yolo9Loss,
     pub aux_weight: f64,
-    /// Factor of the loss before backward (1 when capturing: no accumulation, no fp16 scale).
+    /// Factor of the loss before backward: no accumulation when capturing; the fp16 loss scale
+    /// only with LibreYOLO's two graphs, whose eager loss applies it anew each step.
     pub factor: f64,
     /// The whole step: the updates after backward too.
     pub tail: Option<StepTail>,
