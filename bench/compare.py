@@ -121,8 +121,9 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
             "fell_back": "falling back to eager" in r.stderr or "ignored" in r.stderr}
 
 
-def train_seconds(args, engine, size, batch, dtype, epochs, out):
-    """Wall time of a training of `epochs` epochs (no profiler, no validation) by `engine`."""
+def train_seconds(args, engine, size, batch, dtype, epochs, out, graph=False):
+    """Wall time of a training of `epochs` epochs (no profiler, no validation) by `engine`;
+    `graph`: LibreYOLO's `cuda_graph=True`, our whole step captured."""
     t0 = time.time()
     if engine == "LibreYOLO 1.6":
         import torch
@@ -131,13 +132,14 @@ def train_seconds(args, engine, size, batch, dtype, epochs, out):
         torch.manual_seed(0)
         model = LibreYOLO9(None, size=size, nb_classes=80, device=args.device)
         model.train(data=args.data, epochs=epochs, batch=batch, imgsz=args.imgsz, device=args.device, workers=args.workers,
-                    seed=0, project=out, name=f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}", exist_ok=True, val=False,
-                    no_aug_epochs=0, amp=dtype != "f32" and args.device != "cpu", amp_dtype=AMP_DTYPE.get(dtype, "float16"), cache="ram")
+                    seed=0, project=out, name=f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}", exist_ok=True,
+                    val=False, no_aug_epochs=0, amp=dtype != "f32" and args.device != "cpu", amp_dtype=AMP_DTYPE.get(dtype, "float16"),
+                    cache="ram", cuda_graph=graph)
     else:
         cmd = [args.bin, os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
                f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"epochs={epochs}",
-               "val=false", "no_aug_epochs=0", f"project={out}", f"name=ours_tp_{size}_b{batch}_{dtype}_e{epochs}", "exist_ok=true",
-               "seed=0"] + precision_args(dtype)
+               "val=false", "no_aug_epochs=0", f"project={out}", f"name=ours_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}",
+               "exist_ok=true", "seed=0"] + precision_args(dtype) + (OUR_MODES["whole-step graph"] if graph else [])
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
@@ -146,15 +148,17 @@ def train_seconds(args, engine, size, batch, dtype, epochs, out):
 
 def throughput(args, size, batch, dtype, out, images):
     """Images/s over whole epochs, start-up and warm-up excluded: the same training for 1 and for
-    1 + E epochs, the difference divided by E epochs (both engines measured the same way)."""
+    1 + E epochs, the difference divided by E epochs (both engines measured the same way), eager
+    and, on a GPU, with graphs (LibreYOLO's `cuda_graph=True`, our whole step)."""
     rows = []
-    for engine in ("LibreYOLO 1.6", "libreyolo-run"):
-        one = train_seconds(args, engine, size, batch, dtype, 1, out)
-        more = train_seconds(args, engine, size, batch, dtype, 1 + args.throughput, out)
-        per_epoch = (more - one) / args.throughput
-        rows.append({"engine": engine, "size": size, "batch": batch, "dtype": dtype, "epoch_s": per_epoch,
-                     "img_per_s": images / per_epoch, "first_epoch_s": one})
-        print(json.dumps(rows[-1]), flush=True)
+    for graph in ([False] if args.device == "cpu" else [False, True]):
+        for engine in ("LibreYOLO 1.6", "libreyolo-run"):
+            one = train_seconds(args, engine, size, batch, dtype, 1, out, graph)
+            more = train_seconds(args, engine, size, batch, dtype, 1 + args.throughput, out, graph)
+            per_epoch = (more - one) / args.throughput
+            rows.append({"engine": engine, "size": size, "batch": batch, "dtype": dtype, "mode": "graphs" if graph else "eager",
+                         "epoch_s": per_epoch, "img_per_s": images / per_epoch, "first_epoch_s": one})
+            print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -268,9 +272,9 @@ def main():
             text += (f"| libreyolo-run | {c['size']} | {c['dtype']} | {c['batch']} | {c['mode']} | {fmt(c.get('warmup_s'))} "
                      f"({fmt(c.get('first_step_s'))}) | {fmt(warm.get('warmup_s'))} ({fmt(warm.get('first_step_s'))}) |\n")
     if tp_rows:
-        text += "\n\n| engine | size | dtype | batch | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) |\n|---|---|---|---:|---:|---:|---:|\n"
-        text += "\n".join(f"| {r['engine']} | {r['size']} | {r['dtype']} | {r['batch']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | {r['first_epoch_s']:.1f} |"
-                          for r in tp_rows)
+        text += "\n\n| engine | size | dtype | batch | mode | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) |\n|---|---|---|---:|---|---:|---:|---:|\n"
+        text += "\n".join(f"| {r['engine']} | {r['size']} | {r['dtype']} | {r['batch']} | {r['mode']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | {r['first_epoch_s']:.1f} |"
+                           for r in tp_rows)
     print("\n" + text + f"\n\nwrote {' and '.join(paths)}")
     if args.docs:
         with open(os.path.join(ROOT, "docs/performance.md"), "a") as f:
