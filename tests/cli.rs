@@ -24,10 +24,11 @@ fn text(out: &Output) -> (String, String) {
 
 #[test]
 fn dry_run_prints_settings_device_and_plan() {
-    let out = run(&["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu"]);
+    let out = run(&["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu", "deterministic=true"]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("## settings (resolved)"), "{stdout}");
+    assert!(stdout.contains("deterministic = true"), "Ultralytics' name resolves to run.deterministic: {stdout}");
     assert!(stdout.contains("lr0 = 0.01"), "{stdout}");
     assert!(stdout.contains("cpu (flex) - device=cpu"), "{stdout}");
     assert!(stdout.contains("7 stages, 5 segments, 4 seams"), "{stdout}");

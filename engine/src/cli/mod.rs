@@ -146,6 +146,7 @@ fn eval_network(
 fn train(args: &TrainArgs) -> Result<(), Failure> {
     let path = args.manifest.as_deref().expect("clap requires MANIFEST");
     let loaded = manifest::load(path, &args.overrides)?;
+    crate::device::use_deterministic_reductions(loaded.manifest.run.deterministic);
     let dag = StepDag::build(&loaded)?;
     let device = run_device(&loaded)?;
     let nc = loaded.manifest.model.nc.map(|n| n as usize).unwrap_or(crate::network::DEFAULT_NC);
