@@ -146,12 +146,14 @@ fn rand(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
     Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype)
 }
 
+/// The network's training BatchNorm itself (affine weight 1, bias 0): its batch statistics
+/// (`LIBREYOLO_BN_STATS` picks how they reduce) and its normalisation.
 fn batch_norm_train(x: Tensor<4>) -> Tensor<4> {
-    // The families BatchNorm's training arithmetic (affine weight 1, bias 0).
-    let mean = x.clone().mean_dims(&[0, 2, 3]);
-    let centered = x.sub(mean);
-    let var = centered.clone().square().mean_dims(&[0, 2, 3]);
-    centered.div(var.add_scalar(1e-3).sqrt())
+    use libreyolo_families::blocks::batch_norm::{batch_stats, normalize};
+    let c = x.dims()[1];
+    let device = x.device();
+    let (mean, var) = batch_stats(&x);
+    normalize(x, mean, var, Tensor::<4>::ones([1, c, 1, 1], &device), Tensor::<4>::zeros([1, c, 1, 1], &device))
 }
 
 /// Times every op of `ops` in `dtype` on `device`.

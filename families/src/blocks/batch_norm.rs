@@ -49,20 +49,15 @@ impl BatchNorm {
             return x.sub(mean).div(std).mul(weight).add(bias);
         }
         let [n, _, h, w] = x.dims();
-        // Both statistics from x in one pass each (no centred copy), in f32 whatever the compute
-        // dtype, then y = x * scale + shift per channel: forward and backward each read the
-        // activation a few times instead of a dozen (BatchNorm was most of the H200's step).
-        let dtype = x.dtype();
-        let xf = x.clone().cast(FloatDType::F32); // no-op in f32
         let (mean, var, count) = match cx.sync_group() {
             None => {
-                let mean = xf.clone().mean_dims(&[0, 2, 3]);
-                let var = xf.square().mean_dims(&[0, 2, 3]).sub(mean.clone().square()).clamp_min(0.0);
+                let (mean, var) = batch_stats(&x);
                 (mean, var, (n * h * w) as f64)
             }
             Some(devices) => {
                 // SyncBatchNorm: the per-channel sums of x and x^2 summed over every device
                 // (one all-reduce, differentiable: its backward all-reduces the gradients).
+                let xf = x.clone().cast(FloatDType::F32); // no-op in f32
                 let sums = Tensor::cat(vec![xf.clone().sum_dims(&[0, 2, 3]).reshape([c]), xf.square().sum_dims(&[0, 2, 3]).reshape([c])], 0);
                 let sums = all_reduce(sums, ReduceOperation::Sum, devices.to_vec()).resolve();
                 let count = (n * h * w * devices.len()) as f64;
@@ -71,9 +66,7 @@ impl BatchNorm {
                 (mean, var, count)
             }
         };
-        let scale = weight.cast(FloatDType::F32).div(var.clone().add_scalar(EPS).sqrt());
-        let shift = bias.cast(FloatDType::F32).sub(mean.clone().mul(scale.clone()));
-        let y = x.mul(scale.cast(dtype)).add(shift.cast(dtype));
+        let y = normalize(x, mean.clone(), var.clone(), weight, bias);
         cx.record(BatchStats {
             running_mean: self.running_mean,
             running_var: self.running_var,
@@ -97,3 +90,41 @@ impl BatchNorm {
         [self.weight, self.bias, self.running_mean, self.running_var]
     }
 }
+
+/// Environment variable choosing how the batch statistics reduce over (N, H, W): `dims` (the
+/// default: one reduction per dimension, N first) or `rows` (x viewed as [N, C, H*W]: each row
+/// reduced along its contiguous length, then the N partial sums), for A/B timing on the GPU
+/// (`bench ops --only batchnorm`). Both give the same statistics up to summation order.
+pub const STATS_ENV: &str = "LIBREYOLO_BN_STATS";
+
+fn rows_strategy() -> bool {
+    static ROWS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var(STATS_ENV).is_ok_and(|v| v == "rows"))
+}
+
+/// The per-channel mean and biased variance of `x` over (N, H, W), each `[1, C, 1, 1]` in f32
+/// whatever the compute dtype: both from x in one pass each (no centred copy), so forward and
+/// backward read the activation a few times instead of a dozen (BatchNorm was most of the H200's
+/// step).
+pub fn batch_stats(x: &Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+    let [n, c, h, w] = x.dims();
+    let xf = x.clone().cast(FloatDType::F32); // no-op in f32
+    let (mean, mean_sq) = if rows_strategy() {
+        let rows = |t: Tensor<4>| t.reshape([n, c, h * w]).sum_dim(2).sum_dim(0).div_scalar((n * h * w) as f64).reshape([1, c, 1, 1]);
+        (rows(xf.clone()), rows(xf.square()))
+    } else {
+        (xf.clone().mean_dims(&[0, 2, 3]), xf.square().mean_dims(&[0, 2, 3]))
+    };
+    let var = mean_sq.sub(mean.clone().square()).clamp_min(0.0);
+    (mean, var)
+}
+
+/// Training BatchNorm's output from the batch statistics (`[1, C, 1, 1]`, f32) and the affine
+/// `weight` and `bias` (`[1, C, 1, 1]`): `x * scale + shift` per channel, in x's dtype.
+pub fn normalize(x: Tensor<4>, mean: Tensor<4>, var: Tensor<4>, weight: Tensor<4>, bias: Tensor<4>) -> Tensor<4> {
+    let dtype = x.dtype();
+    let scale = weight.cast(FloatDType::F32).div(var.add_scalar(EPS).sqrt());
+    let shift = bias.cast(FloatDType::F32).sub(mean.mul(scale.clone()));
+    x.mul(scale.cast(dtype)).add(shift.cast(dtype))
+}
+
