@@ -131,3 +131,24 @@ fn launcher_ranks_that_cannot_train_here_are_clear_errors() {
     let (_, stderr) = text(&out);
     assert!(stderr.contains("but not LOCAL_RANK, MASTER_ADDR, MASTER_PORT"), "{stderr}");
 }
+
+/// Under a torchrun-style launch each rank captures LibreYOLO's two graphs and the update graph
+/// when BatchNorm stays per rank; with SyncBatchNorm it says why it trains eager. (Software
+/// graphs stand in for CUDA so that the plan is shown on the CPU.)
+#[test]
+fn dry_run_shows_what_a_data_parallel_rank_captures() {
+    let launch = [("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"), ("LIBREYOLO_CAPTURE_SOFTWARE", "1")];
+    let plan = |sync_bn: &str| {
+        let out = run_with_env(
+            &["manifests/yolo9t.toml", "--dry-run", "device=cpu", "cuda_graph=true", sync_bn, "stage.optimizer.capture=true", "stage.ema.capture=true"],
+            &launch,
+        );
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        stdout
+    };
+    let stdout = plan("sync_bn=false");
+    assert!(stdout.contains("then the update (BatchNorm statistics, optimizer, EMA) as a third graph; a data-parallel rank's gradient all-reduce runs eager before it"), "{stdout}");
+    let stdout = plan("sync_bn=true");
+    assert!(stdout.contains("cuda_graph=true ignored (SyncBatchNorm all-reduces inside the forward; with 2 GPUs capture needs `sync_bn=false`)"), "{stdout}");
+}
