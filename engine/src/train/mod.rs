@@ -220,14 +220,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         epochs: m.run.epochs as usize,
         iters_per_epoch,
     };
-    let loss = Yolo9Loss {
-        nc,
-        reg_max: network.head().reg_max,
-        box_gain: m.loss.box_gain,
-        dfl_gain: m.loss.dfl_gain,
-        cls_gain: m.loss.cls_gain,
-        assigner: AssignerConfig { topk: m.loss.topk, alpha: m.loss.alpha, beta: m.loss.beta, reg_max: network.head().reg_max },
-    };
+    let loss = yolo9_loss(m, nc, &network);
     let ema = m.ema.enabled.then(|| Ema::new(&params, m.ema.decay, m.ema.tau));
     let mut trainer = Trainer {
         loaded,
@@ -628,6 +621,19 @@ impl Trainer<'_> {
             *s = LossScale::with_scale(scale);
         }
         Ok(state)
+    }
+}
+
+/// The YOLOv9 loss of the manifest's `[loss]` settings for `network`'s head and `nc` classes.
+pub(crate) fn yolo9_loss(m: &crate::manifest::Manifest, nc: usize, network: &libreyolo_families::Network) -> Yolo9Loss {
+    let reg_max = network.head().reg_max;
+    Yolo9Loss {
+        nc,
+        reg_max,
+        box_gain: m.loss.box_gain,
+        dfl_gain: m.loss.dfl_gain,
+        cls_gain: m.loss.cls_gain,
+        assigner: AssignerConfig { topk: m.loss.topk, alpha: m.loss.alpha, beta: m.loss.beta, reg_max },
     }
 }
 

@@ -402,7 +402,77 @@ impl Trainer<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::agree;
+    use super::*;
+
+    /// The segment with the update, LibreYOLO's split (as a data-parallel rank runs it), on a
+    /// YOLOv9-t at 64 px, plain SGD at lr 0.1 (no momentum, no decay) and the given `reduce`.
+    fn rank_segment(reduce: Option<Reduce>) -> (SegmentSpec, Tensor<4>, Tensor<3>) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/yolo9t.toml");
+        let loaded = crate::manifest::load(&path, &["imgsz=64".into(), "model.aux_weight=0".into()]).unwrap();
+        let device = Device::flex();
+        let (network, params) = crate::network::build(&loaded, 80, false, &device).unwrap();
+        let loss = super::super::yolo9_loss(&loaded.manifest, 80, &network);
+        let mut sgd = libreyolo_stages::optim::Sgd::new(0.0, false);
+        libreyolo_stages::optim::Optimizer::init_state(&mut sgd, &params);
+        let tail = StepTail {
+            optim: Rc::new(RefCell::new(Box::new(sgd))),
+            scalars: Rc::new(RefCell::new(Scalars::new([0.1, 0.0, 1.0, 1.0, 1.0], &device))),
+            ema: None,
+            clip_max_norm: 0.0,
+            require_unique: false,
+            shared: Rc::new(Cell::new(None)),
+        };
+        let spec = SegmentSpec {
+            network: Rc::new(network),
+            params: Rc::new(RefCell::new(params)),
+            forward: ForwardSpec { compute: None, with_aux: false, replicas: vec![], sync_bn: false },
+            loss,
+            aux_weight: 0.0,
+            factor: 1.0,
+            tail: Some(tail),
+            split: true,
+            reduce,
+        };
+        let images = Tensor::<4>::random([2, 3, 64, 64], burn::tensor::Distribution::Uniform(0.0, 1.0), &device);
+        let box_row = [[3.0f32, 0.2, 0.2, 0.7, 0.8]];
+        let targets = Tensor::<3>::from_data(burn::tensor::TensorData::new([box_row, box_row].concat().concat().to_vec(), [2, 1, 5]), &device);
+        (spec, images, targets)
+    }
+
+    /// The trained tensors, flattened and concatenated, on the host.
+    fn trained(spec: &SegmentSpec) -> Vec<f32> {
+        use libreyolo_families::Value;
+        let params = spec.params.borrow();
+        let mut out = vec![];
+        for e in params.entries().iter().filter(|e| e.role.is_trainable()) {
+            let t = match &e.value {
+                Value::Rank4(t) => t.clone().reshape([t.shape().num_elements()]),
+                Value::Rank1(t) => t.clone(),
+                Value::Count(_) => continue,
+            };
+            out.extend(t.into_data().convert::<f32>().to_vec::<f32>().unwrap());
+        }
+        out
+    }
+
+    /// A data-parallel rank's update steps with the all-reduced gradients: the reduce runs
+    /// between the backward and the update, and the update takes what it returns.
+    #[test]
+    fn the_captured_update_steps_with_the_reduced_gradients() {
+        // A reduce that zeroes every gradient: SGD without momentum or decay then moves nothing.
+        let zero: Reduce = Rc::new(|grads: Vec<(ParamId, Tensor<1>)>| grads.into_iter().map(|(id, g)| (id, g.zeros_like())).collect());
+        let (spec, images, targets) = rank_segment(Some(zero));
+        let before = trained(&spec);
+        let out = spec.run(images.clone(), targets.clone());
+        assert!(out.grads.is_empty(), "the update consumed the gradients");
+        assert_eq!(trained(&spec), before, "the update used the gradients from before the reduce");
+        // Without a reduce (one GPU) the same step moves the weights.
+        let (spec, _, _) = rank_segment(None);
+        let before = trained(&spec);
+        spec.run(images, targets);
+        let moved = trained(&spec).iter().zip(&before).filter(|(a, b)| a != b).count();
+        assert!(moved > before.len() / 2, "only {moved} of {} weights moved", before.len());
+    }
 
     #[test]
     fn a_replay_agrees_within_the_spread_of_eager() {
