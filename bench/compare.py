@@ -37,6 +37,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import libreyolo_isolated as iso  # noqa: E402 (LibreYOLO's side; imports LibreYOLO only when called)
 
 
 AMP_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
@@ -44,19 +45,12 @@ AMP_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
 
 def libreyolo_profiled(args, size, batch, dtype, graph, out):
     """LibreYOLO's own profiled training (its `profile run`, through the Python API)."""
-    import torch
-    from libreyolo import LibreYOLO9
-
-    torch.manual_seed(0)
     name = f"libreyolo_{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}"
-    model = LibreYOLO9(None, size=size, nb_classes=80, device=args.device)
-    amp = dtype != "f32" and args.device != "cpu"
+    model = iso.libreyolo_model(size, args.device)
     t0 = time.time()
-    model.train(data=args.data, epochs=args.warmup + args.steps + 5, batch=batch, imgsz=args.imgsz, device=args.device,
-                workers=args.workers, seed=0, project=out, name=name, exist_ok=True, val=False, no_aug_epochs=0,
-                amp=amp, amp_dtype=AMP_DTYPE.get(dtype, "float16"),
-                profile=True, profile_warmup=args.warmup, profile_steps=args.steps, profile_then_stop=True,
-                profile_open=False, cuda_graph=graph, cache="ram")
+    iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph,
+                        epochs=args.warmup + args.steps + 5, profile=True, profile_warmup=args.warmup, profile_steps=args.steps,
+                        profile_then_stop=True, profile_open=False)
     wall = time.time() - t0
     s = json.load(open(os.path.join(out, name, "profile_summary.json")))
     a = s.get("analysis", {})
@@ -66,8 +60,6 @@ def libreyolo_profiled(args, size, batch, dtype, graph, out):
 
 def libreyolo_isolated(args, size, batch, dtype, graph, out):
     """LibreYOLO's step on one real batch replayed (bench/libreyolo_isolated.py)."""
-    import libreyolo_isolated as iso
-
     r = iso.measure(args.data, out, size, batch, dtype, graph, args.imgsz, args.warmup, args.steps, args.device, args.workers)
     return {"step_ms": r["step_ms_median"], "step_ms_min": r["step_ms_min"], "step_ms_median": r["step_ms_median"],
             "img_per_s": r["img_per_s"], "dataload_ms": 0.0, "peak_memory_mb": r["peak_memory_mb"], "warmup_s": r["warmup_s"],
@@ -92,25 +84,38 @@ def precision_args(dtype):
     return [f"precision.dtype={'fp16' if dtype == 'f16' else 'bf16'}", f"precision.amp={'false' if dtype == 'f32' else 'true'}"]
 
 
+def our_command(args, size, batch, dtype, out, name, command=()):
+    """libreyolo-run (`command`: a subcommand such as `profile run`) on the size's manifest with
+    the settings every harness run shares: the data, batch, size, device, workers, RAM cache,
+    seed 0 and `dtype`'s precision, writing to OUT/NAME."""
+    return [args.bin, *command, os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
+            f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"project={out}",
+            f"name={name}", "exist_ok=true", "seed=0"] + precision_args(dtype)
+
+
+def run_ours(cmd, env=None):
+    """Runs libreyolo-run; its stderr, or an error with its tail."""
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return r.stderr
+
+
 def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
     """libreyolo-run's `profile run` with the same settings, in capture mode `mode` (OUR_MODES).
     Isolated: one batch replayed, and twice the steps so that the profiler's unsynchronised half
     holds `steps` of them (the synced half times each phase)."""
     name = f"ours_{size}_b{batch}_{dtype}_{mode.replace(' ', '-')}{'_cold' if kernel_cache else ''}"
     steps = 2 * args.steps if args.isolated else args.steps
-    cmd = [args.bin, "profile", "run", os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
-           f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"profile.warmup={args.warmup}",
-           f"profile.steps={steps}", f"project={out}", f"name={name}", "exist_ok=true", "seed=0"] + precision_args(dtype)
-    cmd += OUR_MODES[mode]
+    cmd = our_command(args, size, batch, dtype, out, name, ("profile", "run"))
+    cmd += [f"profile.warmup={args.warmup}", f"profile.steps={steps}"] + OUR_MODES[mode]
     if args.isolated:
         cmd += ["data.fixed_batch=true"]
     # A cold run: an empty kernel cache, and an empty driver JIT cache with it.
     env = dict(os.environ, **({"LIBREYOLO_KERNEL_CACHE": kernel_cache, "CUDA_CACHE_PATH": os.path.join(kernel_cache, "nv")} if kernel_cache else {}))
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    stderr = run_ours(cmd, env)
     wall = time.time() - t0
-    if r.returncode != 0:
-        raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
     p = json.load(open(os.path.join(out, name, "profile.json")))
     real, window = p["real"], p.get("window", {})
     return {"step_ms": real["step_ms_median"] if args.isolated else real["step_ms"], "img_per_s": real["img_per_s"],
@@ -118,7 +123,7 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
             "peak_memory_mb": p.get("peak_memory_mb"), "warmup_s": window.get("warmup_s"), "first_step_s": window.get("first_step_s"),
             "wall_s": wall, "captured": p["meta"]["capture"],
-            "fell_back": "falling back to eager" in r.stderr or "ignored" in r.stderr}
+            "fell_back": "falling back to eager" in stderr or "ignored" in stderr}
 
 
 def train_seconds(args, engine, size, batch, dtype, epochs, out, graph=False):
@@ -126,23 +131,13 @@ def train_seconds(args, engine, size, batch, dtype, epochs, out, graph=False):
     `graph`: LibreYOLO's `cuda_graph=True`, our whole step captured."""
     t0 = time.time()
     if engine == "LibreYOLO 1.6":
-        import torch
-        from libreyolo import LibreYOLO9
-
-        torch.manual_seed(0)
-        model = LibreYOLO9(None, size=size, nb_classes=80, device=args.device)
-        model.train(data=args.data, epochs=epochs, batch=batch, imgsz=args.imgsz, device=args.device, workers=args.workers,
-                    seed=0, project=out, name=f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}", exist_ok=True,
-                    val=False, no_aug_epochs=0, amp=dtype != "f32" and args.device != "cpu", amp_dtype=AMP_DTYPE.get(dtype, "float16"),
-                    cache="ram", cuda_graph=graph)
+        model = iso.libreyolo_model(size, args.device)
+        iso.libreyolo_train(model, args.data, out, f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}", batch,
+                            dtype, args.imgsz, args.device, args.workers, graph, epochs=epochs)
     else:
-        cmd = [args.bin, os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
-               f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"epochs={epochs}",
-               "val=false", "no_aug_epochs=0", f"project={out}", f"name=ours_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}",
-               "exist_ok=true", "seed=0"] + precision_args(dtype) + (OUR_MODES["whole-step graph"] if graph else [])
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
+        name = f"ours_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
+        cmd = our_command(args, size, batch, dtype, out, name) + [f"epochs={epochs}", "val=false", "no_aug_epochs=0"]
+        run_ours(cmd + (OUR_MODES["whole-step graph"] if graph else []))
     return time.time() - t0
 
 

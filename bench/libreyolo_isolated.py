@@ -44,9 +44,28 @@ class RepeatFirstBatch:
             yield self.batch
 
 
-def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, warmup=10, steps=24, device="cuda", workers=8):
+def libreyolo_model(size, device):
+    """A fresh LibreYOLO 1.6 YOLOv9 of `size` (random init, seed 0, 80 classes)."""
     import torch
     from libreyolo import LibreYOLO9
+
+    torch.manual_seed(0)
+    return LibreYOLO9(None, size=size, nb_classes=80, device=device)
+
+
+def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, **extra):
+    """`model.train(...)` with the settings every harness run shares: seed 0, RAM cache, no
+    validation, mosaic throughout, AMP in `dtype` on a GPU (f32 on the CPU, as LibreYOLO runs
+    it), `cuda_graph=graph`; `extra` adds or overrides keyword arguments (epochs, profiler)."""
+    kwargs = dict(data=data, epochs=1, batch=batch, imgsz=imgsz, device=device, workers=workers, seed=0, project=out, name=name,
+                  exist_ok=True, val=False, no_aug_epochs=0, amp=dtype != "f32" and device != "cpu",
+                  amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(dtype, "float16"), cuda_graph=graph, cache="ram")
+    kwargs.update(extra)
+    model.train(**kwargs)
+
+
+def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, warmup=10, steps=24, device="cuda", workers=8):
+    import torch
     from libreyolo.training import trainer as trainer_mod
 
     total = warmup + steps
@@ -69,14 +88,10 @@ def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, 
     cuda = device != "cpu" and torch.cuda.is_available()
     name = f"libreyolo_{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}_isolated"
     try:
-        torch.manual_seed(0)
-        model = LibreYOLO9(None, size=size, nb_classes=80, device=device)
+        model = libreyolo_model(size, device)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        amp = dtype != "f32" and cuda
-        model.train(data=data, epochs=1, batch=batch, imgsz=imgsz, device=device, workers=workers, seed=0, project=out, name=name,
-                    exist_ok=True, val=False, no_aug_epochs=0, amp=amp, amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(dtype, "float16"),
-                    cuda_graph=graph, cache="ram")
+        libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph)
     finally:
         base._train_epoch, base._apply_scheduler = orig_epoch, orig_sched
     if len(stamps) < total:
