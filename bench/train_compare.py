@@ -31,6 +31,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from compare import precision_args  # noqa: E402 (the manifest's precision of a --dtype)
 
 LIBREYOLO_TRAIN = r"""
 import json, sys, time, torch
@@ -59,9 +61,7 @@ def ours_command(args, out):
     device = "cpu" if args.device == "cpu" else "0"
     cmd = [args.bin, "train", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
            f"batch={args.batch}", f"imgsz={args.imgsz}", f"epochs={args.epochs}", f"workers={args.workers}",
-           "cache=ram", f"seed={args.seed}", f"project={out}", "name=ours", "exist_ok=true"]
-    if args.dtype != "f32":
-        cmd.append(f"precision.dtype={args.dtype}")
+           "cache=ram", f"seed={args.seed}", f"project={out}", "name=ours", "exist_ok=true"] + precision_args(args.dtype)
     if args.device != "cpu":
         cmd += ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]
     return cmd + args.extra
@@ -188,7 +188,7 @@ def cross_validate(args, out, runs):
             continue
         for dtype in dtypes:
             json_path = os.path.join(out, f"val-{engine.split()[0].lower()}-{dtype}.json")
-            precision = ["precision.amp=false"] if dtype == "f32" else [f"precision.dtype={dtype}"]
+            precision = precision_args(dtype)
             cmd = [args.bin, "val", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
                    f"batch={args.batch}", f"imgsz={args.imgsz}", f"workers={args.workers}", "cache=ram", f"weights={path}",
                    f"json={json_path}"] + precision
