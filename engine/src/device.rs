@@ -84,6 +84,19 @@ pub fn resolve_with(request: &DeviceRequest, cuda_count: impl FnOnce() -> usize)
     }
 }
 
+/// `run.deterministic`: asks the CUDA backend for fixed-order reductions. Must run before the
+/// backend's first sum (it reads the setting once) and before any other thread starts: the
+/// commands call it right after loading the manifest. The variable, set by hand, wins.
+pub fn use_deterministic_reductions(on: bool) {
+    // Our burn-cubecl patch (vendor/burn-cubecl): every full sum takes the chained reduction.
+    use burn_cubecl::kernel::reduce::DETERMINISTIC_SUM_ENV;
+    if on && std::env::var_os(DETERMINISTIC_SUM_ENV).is_none() {
+        // SAFETY: called on the main thread before the loader, replica or backend threads exist,
+        // so no other thread reads the environment concurrently.
+        unsafe { std::env::set_var(DETERMINISTIC_SUM_ENV, "1") };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,17 +125,3 @@ mod tests {
     }
 }
 
-/// The environment variable of our burn-cubecl patch (vendor/burn-cubecl) that makes every full
-/// sum take the chained, fixed-order reduction.
-pub const DETERMINISTIC_SUM_ENV: &str = "BURN_DETERMINISTIC_SUM";
-
-/// `run.deterministic`: asks the CUDA backend for fixed-order reductions. Must run before the
-/// backend's first sum (it reads the setting once) and before any other thread starts: the
-/// commands call it right after loading the manifest. The variable, set by hand, wins.
-pub fn use_deterministic_reductions(on: bool) {
-    if on && std::env::var_os(DETERMINISTIC_SUM_ENV).is_none() {
-        // SAFETY: called on the main thread before the loader, replica or backend threads exist,
-        // so no other thread reads the environment concurrently.
-        unsafe { std::env::set_var(DETERMINISTIC_SUM_ENV, "1") };
-    }
-}

@@ -53,6 +53,15 @@ impl Value {
             Value::Count(_) => vec![],
         }
     }
+
+    /// The tensor as a flat vector (a view, no copy); `None` for a count.
+    pub fn flat(&self) -> Option<Tensor<1>> {
+        match self {
+            Value::Rank4(t) => Some(t.clone().reshape([t.shape().num_elements()])),
+            Value::Rank1(t) => Some(t.clone()),
+            Value::Count(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! What this build captures of a manifest's plan: LibreYOLO's contract (forward and backward as
 //! two graphs, the loss eager between), that contract with the optimizer and EMA captured after
-//! the backward, forward + loss + backward as one segment, or the whole step; anything else, and the settings that rule capture out, give the one line
+//! the backward, forward + loss + backward as one segment, or the whole step; anything else,
+//! and the settings that rule capture out, give the one line
 //! `cuda_graph=true ignored (<why>); training runs eager.`
 
 use crate::dag::StepDag;

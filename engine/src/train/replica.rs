@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::distributed::{ReduceOperation, all_reduce};
 use burn::tensor::{Device, Tensor};
-use libreyolo_families::{ParamId, ParamStore, Value};
+use libreyolo_families::{ParamId, ParamStore};
 
 /// What the replicas of one run share on the host.
 pub struct Shared {
@@ -185,22 +185,9 @@ impl Replica {
     /// of squares of every trained tensor) all-reduced and read back, once an epoch.
     pub fn check_weights_in_sync(&self, params: &ParamStore, epoch: usize) -> anyhow::Result<()> {
         let Some(devices) = self.group_devices() else { return Ok(()) };
-        let (mut sum, mut squares) = (vec![], vec![]);
-        for e in params.entries().iter().filter(|e| e.role.is_trainable()) {
-            match &e.value {
-                Value::Rank4(t) => {
-                    sum.push(t.clone().sum());
-                    squares.push(t.clone().square().sum());
-                }
-                Value::Rank1(t) => {
-                    sum.push(t.clone().sum());
-                    squares.push(t.clone().square().sum());
-                }
-                Value::Count(_) => {}
-            }
-        }
-        let total = |parts: Vec<Tensor<1>>| parts.into_iter().reduce(|a, b| a.add(b)).expect("a network has trained tensors");
-        let local = Tensor::cat(vec![total(sum), total(squares)], 0);
+        let trained: Vec<Tensor<1>> = params.entries().iter().filter(|e| e.role.is_trainable()).filter_map(|e| e.value.flat()).collect();
+        let total = |f: fn(Tensor<1>) -> Tensor<1>| trained.iter().map(|t| f(t.clone()).sum()).reduce(|a, b| a.add(b)).expect("a network has trained tensors");
+        let local = Tensor::cat(vec![total(|t| t), total(|t| t.square())], 0);
         let mean = all_reduce(local.clone(), ReduceOperation::Mean, devices.to_vec()).resolve();
         let read = |t: Tensor<1>| t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
         let (local, mean) = (read(local), read(mean));

@@ -441,18 +441,9 @@ mod tests {
 
     /// The trained tensors, flattened and concatenated, on the host.
     fn trained(spec: &SegmentSpec) -> Vec<f32> {
-        use libreyolo_families::Value;
         let params = spec.params.borrow();
-        let mut out = vec![];
-        for e in params.entries().iter().filter(|e| e.role.is_trainable()) {
-            let t = match &e.value {
-                Value::Rank4(t) => t.clone().reshape([t.shape().num_elements()]),
-                Value::Rank1(t) => t.clone(),
-                Value::Count(_) => continue,
-            };
-            out.extend(t.into_data().convert::<f32>().to_vec::<f32>().unwrap());
-        }
-        out
+        let flat = params.entries().iter().filter(|e| e.role.is_trainable()).filter_map(|e| e.value.flat());
+        flat.flat_map(|t| t.into_data().convert::<f32>().to_vec::<f32>().unwrap()).collect()
     }
 
     /// A data-parallel rank's update steps with the all-reduced gradients: the reduce runs

@@ -173,15 +173,10 @@ impl Trainer<'_> {
                             v.stepped = true;
                         } else {
                             self.model.params.borrow_mut().apply_batch_stats(out.stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
-                            let mut grads = out.grads;
-                            self.accumulate_grads(&mut grads);
-                            if last_micro {
-                                // A data-parallel rank's graphs hold its own gradients: the
-                                // all-reduce runs here, eager, between the backward graph and
-                                // the optimizer (capture_plan::data_parallel_capture).
-                                grads = self.replica.average_gradients(grads);
-                            }
-                            v.grads = Some(grads);
+                            // A data-parallel rank's graphs hold its own gradients: the all-reduce
+                            // runs here, eager, between the backward graph and the optimizer
+                            // (capture_plan::data_parallel_capture).
+                            v.grads = Some(self.step_gradients(out.grads, last_micro));
                         }
                         v.loss = Some(out.terms);
                         return Ok(());
@@ -207,13 +202,8 @@ impl Trainer<'_> {
                     }
                     let total = v.loss.as_ref().ok_or_else(|| anyhow::anyhow!("network.backward ran before the loss"))?.total.clone();
                     let cx = v.ctx.take().ok_or_else(|| anyhow::anyhow!("network.backward without a forward"))?;
-                    let mut grads = backward(&total, self.loss_factor(), &cx);
-                    self.accumulate_grads(&mut grads);
-                    if last_micro {
-                        // DDP: every replica steps with the mean gradient of the whole batch.
-                        grads = self.replica.average_gradients(grads);
-                    }
-                    v.grads = Some(grads);
+                    let grads = backward(&total, self.loss_factor(), &cx);
+                    v.grads = Some(self.step_gradients(grads, last_micro));
                 }
                 "grad.clip" => {
                     if self.captures_update {
@@ -258,6 +248,14 @@ impl Trainer<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The gradients the optimizer steps with: summed over the accumulation window and, on its
+    /// last micro-batch of a data-parallel run, averaged over the replicas (every replica steps
+    /// with the mean gradient of the whole batch).
+    fn step_gradients(&mut self, mut grads: Vec<(ParamId, Tensor<1>)>, last_micro: bool) -> Vec<(ParamId, Tensor<1>)> {
+        self.accumulate_grads(&mut grads);
+        if last_micro { self.replica.average_gradients(grads) } else { grads }
     }
 
     /// Sums gradients over an accumulation window; on its last micro-batch `grads` holds the sum.

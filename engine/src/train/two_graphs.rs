@@ -140,8 +140,7 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
             // The same warm-up again for the update's temporaries (the backward graph's pages are
             // now reserved too), then the update recorded reading the backward's gradients.
             eager_step(true);
-            // Only the recorded update's check counts: the eager steps above ran while the
-            // forward's context still held the parameters.
+            // Only the recorded update's ownership check counts (the warm-up steps ran it too).
             tail.shared.take();
             Dispatch::graph_prepare(d).map_err(failed("preparing the update graph"))?;
             Dispatch::graph_start_capture(d).map_err(failed("opening the update window"))?;

@@ -33,11 +33,7 @@ pub(crate) fn update_param(store: &mut ParamStore, id: ParamId, update: impl FnO
 
 /// A parameter as a flat vector (a view, no copy).
 pub(crate) fn flat(store: &ParamStore, id: ParamId) -> Tensor<1> {
-    match &store.entry(id).value {
-        Value::Rank4(t) => t.clone().reshape([t.shape().num_elements()]),
-        Value::Rank1(t) => t.clone(),
-        Value::Count(_) => unreachable!("counts have no gradient"),
-    }
+    store.entry(id).value.flat().expect("counts have no gradient")
 }
 
 /// This step's hyper-parameters as device scalars (shape `[1]`): a captured step reads them
