@@ -12,7 +12,14 @@ size, precision and loader settings. Each configuration is run eager and with CU
   bench/libreyolo_isolated.py, ours with `data.fixed_batch=true`): the fastest and the median of
   `steps` steps after `warmup`, as the step-time figures of LibreYOLO's documentation are taken.
 * `--throughput E`: images/s over whole epochs with the real loader and augmentation.
-* `--cold-cache`: our warm-up once more with an empty kernel cache (cold), next to the warm one.
+* `--cold-cache`: our warm-up once more with an empty kernel cache (cold), next to the warm one
+  (once per size and dtype, at the first batch, over a short window).
+* `--gpus 0,1`: the runs spread over several GPUs of the machine, one run per GPU at a time
+  (each in its own process with CUDA_VISIBLE_DEVICES set; ours on a copy of the kernel cache
+  after the first GPU, as cubecl's cache file takes one writer). A run has its GPU to itself, so
+  its figures are those of a one-GPU machine; the CPU is shared.
+* `--merge A.json B.json ...`: the tables of several runs (e.g. device calls split by size or
+  dtype) as one, written like a run's JSON.
 
 Every row has the peak GPU memory and the warm-up (seconds before the measured window) as their
 own figures. Prints the tables with the ratio ours / LibreYOLO, writes the JSON to OUT and
@@ -20,7 +27,8 @@ bench/results/, and with --docs appends the tables to docs/performance.md.
 
     python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--sizes t,s] [--batch 8,16]
         [--dtype bf16,f16] [--imgsz 640] [--warmup 10] [--steps 24] [--workers 8] [--isolated]
-        [--throughput E] [--cold-cache] [--docs]
+        [--throughput E] [--cold-cache] [--gpus 0,1] [--docs]
+    python3 bench/compare.py --merge A.json B.json ... [--docs]
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
 (docs/performance.md); nothing is downloaded. CUDA graphs are skipped on the CPU.
@@ -104,9 +112,10 @@ def run_ours(cmd, env=None):
 def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
     """libreyolo-run's `profile run` with the same settings, in capture mode `mode` (OUR_MODES).
     Isolated: one batch replayed, and twice the steps so that the profiler's unsynchronised half
-    holds `steps` of them (the synced half times each phase)."""
+    holds `steps` of them (the synced half times each phase). `kernel_cache`: an empty directory
+    for a cold start, whose window is the same warm-up and 2 steps (only the warm-up is read)."""
     name = f"ours_{size}_b{batch}_{dtype}_{mode.replace(' ', '-')}{'_cold' if kernel_cache else ''}"
-    steps = 2 * args.steps if args.isolated else args.steps
+    steps = 2 if kernel_cache else 2 * args.steps if args.isolated else args.steps
     cmd = our_command(args, size, batch, dtype, out, name, ("profile", "run"))
     cmd += [f"profile.warmup={args.warmup}", f"profile.steps={steps}"] + OUR_MODES[mode]
     if args.isolated:
@@ -126,6 +135,14 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
             "fell_back": "falling back to eager" in stderr or "ignored" in stderr}
 
 
+def ours_cold(args, size, batch, dtype, mode, out):
+    """`ours` from an empty kernel cache (removed afterwards)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kernels-cold-") as empty:
+        return ours(args, size, batch, dtype, mode, out, kernel_cache=empty)
+
+
 def train_seconds(args, engine, size, batch, dtype, epochs, out, graph=False):
     """Wall time of a training of `epochs` epochs (no profiler, no validation) by `engine`;
     `graph`: LibreYOLO's `cuda_graph=True`, our whole step captured."""
@@ -141,29 +158,136 @@ def train_seconds(args, engine, size, batch, dtype, epochs, out, graph=False):
     return time.time() - t0
 
 
-def throughput(args, size, batch, dtype, out, images):
+def training_images(data):
+    """The number of training images DATA_YAML names."""
+    import yaml
+    cfg = yaml.safe_load(open(data))
+    train_dir = os.path.join(cfg["path"], cfg["train"])
+    return len([f for f in os.listdir(train_dir) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp"))])
+
+
+def throughput(args, engine, size, batch, dtype, graph, out):
     """Images/s over whole epochs, start-up and warm-up excluded: the same training for 1 and for
     1 + E epochs, the difference divided by E epochs (both engines measured the same way), eager
-    and, on a GPU, with graphs (LibreYOLO's `cuda_graph=True`, our whole step)."""
-    rows = []
-    for graph in ([False] if args.device == "cpu" else [False, True]):
-        for engine in ("LibreYOLO 1.6", "libreyolo-run"):
-            one = train_seconds(args, engine, size, batch, dtype, 1, out, graph)
-            more = train_seconds(args, engine, size, batch, dtype, 1 + args.throughput, out, graph)
-            per_epoch = (more - one) / args.throughput
-            rows.append({"engine": engine, "size": size, "batch": batch, "dtype": dtype, "mode": "graphs" if graph else "eager",
-                         "epoch_s": per_epoch, "img_per_s": images / per_epoch, "first_epoch_s": one})
-            print(json.dumps(rows[-1]), flush=True)
-    return rows
+    or with graphs (LibreYOLO's `cuda_graph=True`, our whole step)."""
+    one = train_seconds(args, engine, size, batch, dtype, 1, out, graph)
+    more = train_seconds(args, engine, size, batch, dtype, 1 + args.throughput, out, graph)
+    per_epoch = (more - one) / args.throughput
+    return {"epoch_s": per_epoch, "img_per_s": training_images(args.data) / per_epoch, "first_epoch_s": one}
+
+
+# The runs of a comparison. Each is a job: (table, row key, function name, arguments after
+# `args`); a job's function returns its row's figures. `cost` orders the jobs over the GPUs,
+# longest first (our eager steps are the slowest).
+JOBS = {"libreyolo_isolated": libreyolo_isolated, "libreyolo_profiled": libreyolo_profiled, "ours": ours, "ours_cold": ours_cold,
+        "throughput": throughput}
+
+
+def plan_jobs(args, modes):
+    graphs = [False] if args.device == "cpu" else [False, True]
+    lib = "libreyolo_isolated" if args.isolated else "libreyolo_profiled"
+    jobs = []
+    for size in args.sizes.split(","):
+        scale = 2.5 if size != "t" else 1.0
+        for dtype in args.dtype.split(","):
+            for i, batch in enumerate(int(b) for b in args.batch.split(",")):
+                key = {"size": size, "dtype": dtype, "batch": batch}
+                for graph in graphs:
+                    jobs.append(("rows", {"engine": "LibreYOLO 1.6", **key, "mode": "cuda_graph" if graph else "eager"},
+                                 lib, (size, batch, dtype, graph, args.out), scale))
+                    for mode in [m for m in modes if (m != "eager") == graph]:
+                        jobs.append(("rows", {"engine": "libreyolo-run", **key, "mode": mode},
+                                     "ours", (size, batch, dtype, mode, args.out), scale * (3.0 if mode == "eager" else 1.5)))
+                if args.cold_cache and i == 0:
+                    jobs.append(("cold_cache", {"engine": "libreyolo-run", **key, "mode": modes[0], "cache": "cold"},
+                                 "ours_cold", (size, batch, dtype, modes[0], args.out), scale * 3.0))
+                if args.throughput > 0:
+                    for graph in graphs:
+                        for engine in ("LibreYOLO 1.6", "libreyolo-run"):
+                            jobs.append(("throughput", {"engine": engine, **key, "mode": "graphs" if graph else "eager"},
+                                         "throughput", (engine, size, batch, dtype, graph, args.out), scale * 2.0))
+    return jobs
+
+
+def pin_lane(env):
+    """A lane's worker process: its GPU (and kernel cache) before anything touches CUDA."""
+    os.environ.update(env)
+
+
+def run_job(args, job):
+    table_name, key, fn, params, _ = job
+    print(f"[compare] {key} on GPU {os.environ.get('CUDA_VISIBLE_DEVICES', '-')} ...", flush=True)
+    row = {**key, **JOBS[fn](args, *params)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def lane_envs(args):
+    """One environment per lane: its GPU; after the first, a copy of the kernel cache."""
+    envs = []
+    cache = os.environ.get("LIBREYOLO_KERNEL_CACHE") or os.path.expanduser("~/.cache/libreyolo-run/kernels")
+    for i, gpu in enumerate(args.gpus.split(",")):
+        # On the CPU the lanes are only concurrent runs (a check of this harness).
+        env = {} if args.device == "cpu" else {"CUDA_VISIBLE_DEVICES": gpu}
+        if i > 0:
+            import shutil
+            copy = f"{cache.rstrip('/')}-lane{i}"
+            shutil.rmtree(copy, ignore_errors=True)
+            if os.path.isdir(cache):
+                shutil.copytree(cache, copy, symlinks=True)
+            env.update(LIBREYOLO_KERNEL_CACHE=copy, CUDA_CACHE_PATH=os.path.join(copy, "nv-compute-cache"))
+        envs.append(env)
+    return envs
+
+
+def run_jobs(args, jobs):
+    """Every job once, each in a fresh process on the first free lane (GPU), longest first; the
+    rows in the jobs' order. A failing job is reported and leaves its row out."""
+    import concurrent.futures as cf
+    import multiprocessing
+    import queue
+    import threading
+
+    pending = queue.Queue()
+    for i in sorted(range(len(jobs)), key=lambda i: -jobs[i][4]):
+        pending.put(i)
+    results, failures = {}, []
+
+    def lane(env):
+        # A fresh process a job: LibreYOLO's peak memory and state start clean, and the GPU is
+        # pinned before CUDA is initialised.
+        with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=pin_lane, initargs=(env,),
+                                    max_tasks_per_child=1) as pool:
+            while True:
+                try:
+                    i = pending.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[i] = pool.submit(run_job, args, jobs[i]).result()
+                except Exception as e:  # noqa: BLE001 (one failed run must not lose the others)
+                    failures.append(f"{jobs[i][1]}: {e}")
+                    print(f"[compare] FAILED {jobs[i][1]}: {e}", flush=True)
+
+    threads = [threading.Thread(target=lane, args=(env,)) for env in lane_envs(args)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    tables = {"rows": [], "cold_cache": [], "throughput": []}
+    for i, job in enumerate(jobs):
+        if i in results:
+            tables[job[0]].append(results[i])
+    return tables, failures
 
 
 def fmt(v, spec=".1f"):
     return "–" if v is None else format(v, spec)
 
 
-def table(rows, args):
+def table(rows, isolated):
     """Step times side by side; the ratio is ours / LibreYOLO's in the same graph mode."""
-    step = "median step ms" if args.isolated else "step ms"
+    step = "median step ms" if isolated else "step ms"
     lines = [f"| engine | size | dtype | batch | mode | {step} | fastest ms | img/s | dataload share | peak MB | warm-up s | verdict | ours / LibreYOLO |",
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     ref = {(r["size"], r["dtype"], r["batch"], r["mode"] == "eager"): r for r in rows if r["engine"].startswith("LibreYOLO")}
@@ -177,12 +301,73 @@ def table(rows, args):
     return "\n".join(lines)
 
 
+def tables_text(result):
+    """The step table, the warm-up table (cold cache next to warm) and the throughput table."""
+    rows, cold, tp_rows = result["rows"], result["cold_cache"], result["throughput"]
+    text = table(rows, result["settings"]["isolated"]) if rows else ""
+    if cold:
+        text += "\n\n| ours, warm-up | size | dtype | batch | mode | cold cache s (first step) | warm cache s (first step) |\n|---|---|---|---:|---|---:|---:|\n"
+        for c in cold:
+            warm = next((r for r in rows if r["engine"] == "libreyolo-run" and all(r[k] == c[k] for k in ("size", "dtype", "batch", "mode"))), {})
+            text += (f"| libreyolo-run | {c['size']} | {c['dtype']} | {c['batch']} | {c['mode']} | {fmt(c.get('warmup_s'))} "
+                     f"({fmt(c.get('first_step_s'))}) | {fmt(warm.get('warmup_s'))} ({fmt(warm.get('first_step_s'))}) |\n")
+    if tp_rows:
+        ref = {(r["size"], r["dtype"], r["batch"], r["mode"]): r for r in tp_rows if r["engine"].startswith("LibreYOLO")}
+        text += ("\n\n| engine | size | dtype | batch | mode | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) | ours / LibreYOLO images/s |\n"
+                 "|---|---|---|---:|---|---:|---:|---:|---:|\n")
+        for r in tp_rows:
+            base = ref.get((r["size"], r["dtype"], r["batch"], r["mode"]))
+            ratio = f"{r['img_per_s'] / base['img_per_s']:.2f}x" if r["engine"] == "libreyolo-run" and base else ""
+            text += (f"| {r['engine']} | {r['size']} | {r['dtype']} | {r['batch']} | {r['mode']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | "
+                     f"{r['first_epoch_s']:.1f} | {ratio} |\n")
+    return text.rstrip("\n")
+
+
+def write_result(result, device, docs, heading):
+    """The JSON to OUT (when set) and bench/results/; the tables printed and, with `docs`, appended
+    to docs/performance.md under `heading`."""
+    name = f"{result['date']}-{device.replace(':', '')}-compare{'-isolated' if result['settings']['isolated'] else ''}.json"
+    paths = [os.path.join(ROOT, "bench", "results", name)]
+    if result.get("out"):
+        paths.insert(0, os.path.join(result["out"], name))
+    for path in paths:
+        json.dump(result, open(path, "w"), indent=1)
+    text = tables_text(result)
+    print("\n" + text + f"\n\nwrote {' and '.join(paths)}")
+    if docs:
+        with open(os.path.join(ROOT, "docs/performance.md"), "a") as f:
+            f.write(f"\n## {result['date']}: {heading} (bench/results/{name})\n\n{text}\n")
+
+
+def merge(paths):
+    """Several runs' JSON as one: the rows of each, in order; settings and software from the first,
+    with every run's settings kept under `runs`."""
+    parts = [json.load(open(p)) for p in paths]
+    first = parts[0]
+    merged = {k: v for k, v in first.items() if k not in ("rows", "cold_cache", "throughput", "out")}
+    merged["date"] = max(p["date"] for p in parts)
+    merged["settings"] = dict(first["settings"], isolated=all(p["settings"]["isolated"] for p in parts if p["rows"]))
+    merged["runs"] = [{"file": os.path.basename(path), "settings": p["settings"], "software": p["software"]} for path, p in zip(paths, parts)]
+    for k in ("rows", "cold_cache", "throughput"):
+        merged[k] = [r for p in parts for r in p.get(k, [])]
+    return merged
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        ap = argparse.ArgumentParser(prog="compare.py --merge", description="one table from several runs' JSON")
+        ap.add_argument("json", nargs="+")
+        ap.add_argument("--docs", action="store_true")
+        a = ap.parse_args(sys.argv[2:])
+        merged = merge(a.json)
+        write_result(merged, merged["machine"]["device"] + "-merged", a.docs, f"side by side on the GPU, {len(a.json)} runs merged")
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bin")
     ap.add_argument("data")
     ap.add_argument("out")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--gpus", default="0", help="GPUs to spread the runs over, comma-separated (one run per GPU at a time)")
     ap.add_argument("--sizes", default="t", help="YOLOv9 sizes, comma-separated (t,s)")
     ap.add_argument("--batch", default="8,16")
     ap.add_argument("--imgsz", type=int, default=640)
@@ -195,88 +380,44 @@ def main():
     ap.add_argument("--throughput", type=int, default=0, metavar="E",
                     help="also measure images/s over E whole epochs (1 and 1+E epochs trained, the difference used)")
     ap.add_argument("--isolated", action="store_true", help="the step alone: one real batch replayed, fastest and median of STEPS")
-    ap.add_argument("--cold-cache", action="store_true", help="also our warm-up with an empty kernel cache (the first mode of each row)")
+    ap.add_argument("--cold-cache", action="store_true", help="also our warm-up with an empty kernel cache (the first mode, first batch)")
+    ap.add_argument("--no-steps", action="store_true", help="only the throughput (and cold-cache) runs, not the step-time table")
     args = ap.parse_args()
-    dtypes = args.dtype.split(",")
-    for d in dtypes:
+    for d in args.dtype.split(","):
         if d not in ("bf16", "f16", "f32"):
             ap.error(f"--dtype {d}: expected bf16, f16 or f32")
     modes = args.modes.split(",")
     for m in modes:
         if m not in OUR_MODES:
             ap.error(f"--modes {m}: expected one of {', '.join(OUR_MODES)}")
+    args.bin, args.data, args.out = (os.path.abspath(p) for p in (args.bin, args.data, args.out))
     os.makedirs(args.out, exist_ok=True)
-    graphs = [False] if args.device == "cpu" else [False, True]
-    lib = libreyolo_isolated if args.isolated else libreyolo_profiled
-    rows, cold = [], []
-    for size in args.sizes.split(","):
-        for dtype in dtypes:
-            for batch in [int(b) for b in args.batch.split(",")]:
-                key = {"size": size, "dtype": dtype, "batch": batch}
-                for graph in graphs:
-                    print(f"[compare] LibreYOLO {size} {dtype} b{batch} {'cuda_graph' if graph else 'eager'} ...", flush=True)
-                    rows.append({"engine": "LibreYOLO 1.6", **key, "mode": "cuda_graph" if graph else "eager",
-                                 **lib(args, size, batch, dtype, graph, args.out)})
-                    print(json.dumps(rows[-1]), flush=True)
-                    for mode in [m for m in modes if (m != "eager") == graph]:
-                        print(f"[compare] libreyolo-run {size} {dtype} b{batch} {mode} ...", flush=True)
-                        rows.append({"engine": "libreyolo-run", **key, "mode": mode, **ours(args, size, batch, dtype, mode, args.out)})
-                        print(json.dumps(rows[-1]), flush=True)
-                if args.cold_cache:
-                    import tempfile
-
-                    with tempfile.TemporaryDirectory(prefix="kernels-cold-") as empty:
-                        print(f"[compare] libreyolo-run {size} {dtype} b{batch} {modes[0]}, cold kernel cache ...", flush=True)
-                        cold.append({"engine": "libreyolo-run", **key, "mode": modes[0], "cache": "cold",
-                                     **ours(args, size, batch, dtype, modes[0], args.out, kernel_cache=empty)})
-                        print(json.dumps(cold[-1]), flush=True)
-    tp_rows = []
-    if args.throughput > 0:
-        import yaml
-        cfg = yaml.safe_load(open(args.data))
-        train_dir = os.path.join(cfg["path"], cfg["train"])
-        images = len([f for f in os.listdir(train_dir) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp"))])
-        for size in args.sizes.split(","):
-            for dtype in dtypes:
-                for batch in [int(b) for b in args.batch.split(",")]:
-                    tp_rows += throughput(args, size, batch, dtype, args.out, images)
+    jobs = [j for j in plan_jobs(args, modes) if not (args.no_steps and j[0] == "rows")]
+    tables, failures = run_jobs(args, jobs)
     import torch
     import libreyolo
     version = subprocess.run([args.bin, "--version"], capture_output=True, text=True).stdout.strip()
     result = {
         "date": datetime.date.today().isoformat(),
-        "machine": {"host": platform.node(), "cpu_count": os.cpu_count(), "device": args.device,
+        "machine": {"host": platform.node(), "cpu_count": os.cpu_count(), "device": args.device, "gpus": args.gpus,
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "software": {"libreyolo": libreyolo.__version__, "torch": torch.__version__, "libreyolo-run": version},
-        "settings": {k: getattr(args, k) for k in ("sizes", "batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated", "modes")},
+        "settings": {k: getattr(args, k) for k in ("sizes", "batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated", "modes",
+                                                   "throughput")},
         "units": {"step_ms": "ms", "step_ms_min": "ms", "step_ms_median": "ms", "img_per_s": "images/s", "dataload_ms": "ms",
                   "peak_memory_mb": "MB", "warmup_s": "s", "first_step_s": "s", "wall_s": "s", "epoch_s": "s", "first_epoch_s": "s"},
-        "rows": rows,
-        "cold_cache": cold,
-        "throughput": tp_rows,
+        **tables,
+        "failures": failures,
+        "out": args.out,
     }
-    name = f"{result['date']}-{args.device.replace(':', '')}-compare{'-isolated' if args.isolated else ''}.json"
-    paths = [os.path.join(args.out, name), os.path.join(ROOT, "bench", "results", name)]
-    for path in paths:
-        json.dump(result, open(path, "w"), indent=1)
-    text = table(rows, args)
-    if cold:
-        text += "\n\n| ours, warm-up | size | dtype | batch | mode | cold cache s (first step) | warm cache s (first step) |\n|---|---|---|---:|---|---:|---:|\n"
-        for c in cold:
-            warm = next((r for r in rows if r["engine"] == "libreyolo-run" and all(r[k] == c[k] for k in ("size", "dtype", "batch", "mode"))), {})
-            text += (f"| libreyolo-run | {c['size']} | {c['dtype']} | {c['batch']} | {c['mode']} | {fmt(c.get('warmup_s'))} "
-                     f"({fmt(c.get('first_step_s'))}) | {fmt(warm.get('warmup_s'))} ({fmt(warm.get('first_step_s'))}) |\n")
-    if tp_rows:
-        text += "\n\n| engine | size | dtype | batch | mode | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) |\n|---|---|---|---:|---|---:|---:|---:|\n"
-        text += "\n".join(f"| {r['engine']} | {r['size']} | {r['dtype']} | {r['batch']} | {r['mode']} | {r['epoch_s']:.1f} | {r['img_per_s']:.1f} | {r['first_epoch_s']:.1f} |"
-                           for r in tp_rows)
-    print("\n" + text + f"\n\nwrote {' and '.join(paths)}")
-    if args.docs:
-        with open(os.path.join(ROOT, "docs/performance.md"), "a") as f:
-            f.write(f"\n## {result['date']}: side by side on {args.device} (bench/compare.py{' --isolated' if args.isolated else ''})\n\n"
-                    f"YOLOv9 {args.sizes} from scratch, {args.imgsz} px, {args.dtype}, workers {args.workers}, RAM cache, "
-                    f"{args.warmup} warm-up + {args.steps} measured steps; LibreYOLO {libreyolo.__version__} (torch {torch.__version__}) vs "
-                    f"{version}. JSON: bench/results/{name}.\n\n{text}\n")
+    write_result(result, args.device, args.docs,
+                 f"side by side on {args.device} (bench/compare.py{' --isolated' if args.isolated else ''}): YOLOv9 {args.sizes}, "
+                 f"{args.imgsz} px, {args.dtype}, workers {args.workers}, RAM cache, {args.warmup} warm-up + {args.steps} measured steps; "
+                 f"LibreYOLO {libreyolo.__version__} (torch {torch.__version__}) vs {version}")
+    if failures:
+        print("failed runs:\n  " + "\n  ".join(failures), file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,12 +8,16 @@
 #
 # e.g. `--sizes t --batch 8,16 --dtype bf16 --isolated` (the GPU step alone), or `--throughput 3`
 # (whole epochs with the real loader). The full matrix of issue #10 (t and s, b8 and b16, bf16
-# and fp16, eager and captured) does not fit one 10-minute call: split it by --sizes / --dtype.
+# and fp16, eager and captured) does not fit one 10-minute call: split it by --sizes / --dtype
+# and join the calls' JSON with `python3 bench/compare.py --merge A.json B.json ... --docs`.
+# The runs spread over every GPU of the machine (`--gpus`, one run per GPU at a time): on
+# nvidia-h200-x2 a call does twice the runs.
 set -euo pipefail
 : "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the device machine, where \$OUT is set}"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 sed "s|^path: .*|path: $PWD/.gpu/coco128|" .gpu/coco128/coco128.yaml > /tmp/coco128.yaml
 work=$(mktemp -d /tmp/compare.XXXX) # a fresh directory: a warm machine keeps /tmp
-python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda "$@" 2>&1 | grep -v "━" | tee "$OUT/compare.txt"
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)
+python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda --gpus "$gpus" "$@" 2>&1 | grep -v "━" | tee "$OUT/compare.txt"
 cp "$work"/*-compare*.json "$OUT/"
