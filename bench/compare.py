@@ -11,7 +11,8 @@ size, precision and loader settings. Each configuration is run eager and with CU
 * `--isolated`: the GPU step alone, one real batch replayed (LibreYOLO through
   bench/libreyolo_isolated.py, ours with `data.fixed_batch=true`): the fastest and the median of
   `steps` steps after `warmup`, as the step-time figures of LibreYOLO's documentation are taken.
-* `--throughput E`: images/s over whole epochs with the real loader and augmentation.
+* `--throughput E`: images/s over whole epochs with the real loader and augmentation (1 + E
+  epochs trained, each engine's own per-epoch seconds, the first epoch reported apart).
 * `--cold-cache`: our warm-up once more with an empty kernel cache (cold), next to the warm one
   (once per size and dtype, at the first batch, over a short window).
 * `--gpus 0,1`: the runs spread over several GPUs of the machine, one run per GPU at a time
@@ -143,19 +144,24 @@ def ours_cold(args, size, batch, dtype, mode, out):
         return ours(args, size, batch, dtype, mode, out, kernel_cache=empty)
 
 
-def train_seconds(args, engine, size, batch, dtype, epochs, out, graph=False):
-    """Wall time of a training of `epochs` epochs (no profiler, no validation) by `engine`;
-    `graph`: LibreYOLO's `cuda_graph=True`, our whole step captured."""
-    t0 = time.time()
+def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
+    """Seconds of each epoch of a training of `epochs` epochs (no profiler, no validation) by
+    `engine`, as the engine's own results.csv records them (LibreYOLO's `time`, our `seconds`:
+    the epoch's training loop); `graph`: LibreYOLO's `cuda_graph=True`, our whole step captured."""
+    import csv
+
     if engine == "LibreYOLO 1.6":
+        name = f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
         model = iso.libreyolo_model(size, args.device)
-        iso.libreyolo_train(model, args.data, out, f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}", batch,
-                            dtype, args.imgsz, args.device, args.workers, graph, epochs=epochs)
+        iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, epochs=epochs)
+        column = "time"
     else:
         name = f"ours_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
         cmd = our_command(args, size, batch, dtype, out, name) + [f"epochs={epochs}", "val=false", "no_aug_epochs=0"]
         run_ours(cmd + (OUR_MODES["whole-step graph"] if graph else []))
-    return time.time() - t0
+        column = "seconds"
+    with open(os.path.join(out, name, "results.csv")) as f:
+        return [float(r[column]) for r in csv.DictReader(f)]
 
 
 def training_images(data):
@@ -167,13 +173,13 @@ def training_images(data):
 
 
 def throughput(args, engine, size, batch, dtype, graph, out):
-    """Images/s over whole epochs, start-up and warm-up excluded: the same training for 1 and for
-    1 + E epochs, the difference divided by E epochs (both engines measured the same way), eager
-    or with graphs (LibreYOLO's `cuda_graph=True`, our whole step)."""
-    one = train_seconds(args, engine, size, batch, dtype, 1, out, graph)
-    more = train_seconds(args, engine, size, batch, dtype, 1 + args.throughput, out, graph)
-    per_epoch = (more - one) / args.throughput
-    return {"epoch_s": per_epoch, "img_per_s": training_images(args.data) / per_epoch, "first_epoch_s": one}
+    """Images/s over whole epochs with the real loader: a training of 1 + E epochs, the first
+    (start-up, kernel compilation, graph capture) reported apart and the mean of the other E
+    used (both engines measured the same way), eager or with graphs (LibreYOLO's
+    `cuda_graph=True`, our whole step)."""
+    seconds = train_epochs(args, engine, size, batch, dtype, 1 + args.throughput, out, graph)
+    per_epoch = sum(seconds[1:]) / len(seconds[1:])
+    return {"epoch_s": per_epoch, "img_per_s": training_images(args.data) / per_epoch, "first_epoch_s": seconds[0], "epochs_s": seconds}
 
 
 # The runs of a comparison. Each is a job: (table, row key, function name, arguments after
@@ -207,6 +213,12 @@ def plan_jobs(args, modes):
                             jobs.append(("throughput", {"engine": engine, **key, "mode": "graphs" if graph else "eager"},
                                          "throughput", (engine, size, batch, dtype, graph, args.out), scale * 2.0))
     return jobs
+
+
+def job_label(job):
+    """`TABLE ENGINE SIZE DTYPE bBATCH MODE`, what `--only` matches."""
+    table_name, key = job[0], job[1]
+    return f"{table_name} {key['engine']} {key['size']} {key['dtype']} b{key['batch']} {key['mode']}"
 
 
 def pin_lane(env):
@@ -313,7 +325,7 @@ def tables_text(result):
                      f"({fmt(c.get('first_step_s'))}) | {fmt(warm.get('warmup_s'))} ({fmt(warm.get('first_step_s'))}) |\n")
     if tp_rows:
         ref = {(r["size"], r["dtype"], r["batch"], r["mode"]): r for r in tp_rows if r["engine"].startswith("LibreYOLO")}
-        text += ("\n\n| engine | size | dtype | batch | mode | s/epoch | images/s (whole epochs) | 1-epoch run s (start-up included) | ours / LibreYOLO images/s |\n"
+        text += ("\n\n| engine | size | dtype | batch | mode | s/epoch | images/s (whole epochs) | first epoch s (warm-up) | ours / LibreYOLO images/s |\n"
                  "|---|---|---|---:|---|---:|---:|---:|---:|\n")
         for r in tp_rows:
             base = ref.get((r["size"], r["dtype"], r["batch"], r["mode"]))
@@ -378,9 +390,11 @@ def main():
     ap.add_argument("--modes", default="eager,two graphs,whole-step graph", help="our capture modes (OUR_MODES), comma-separated")
     ap.add_argument("--docs", action="store_true", help="append the tables to docs/performance.md")
     ap.add_argument("--throughput", type=int, default=0, metavar="E",
-                    help="also measure images/s over E whole epochs (1 and 1+E epochs trained, the difference used)")
+                    help="also measure images/s over E whole epochs (1+E epochs trained, the first reported apart)")
     ap.add_argument("--isolated", action="store_true", help="the step alone: one real batch replayed, fastest and median of STEPS")
     ap.add_argument("--cold-cache", action="store_true", help="also our warm-up with an empty kernel cache (the first mode, first batch)")
+    ap.add_argument("--only", metavar="REGEX", help="only the runs whose label (TABLE ENGINE SIZE DTYPE bBATCH MODE, printed at the "
+                    "start; TABLE is rows, cold_cache or throughput) matches, e.g. to finish a matrix cut short")
     ap.add_argument("--no-steps", action="store_true", help="only the throughput (and cold-cache) runs, not the step-time table")
     args = ap.parse_args()
     for d in args.dtype.split(","):
@@ -393,6 +407,10 @@ def main():
     args.bin, args.data, args.out = (os.path.abspath(p) for p in (args.bin, args.data, args.out))
     os.makedirs(args.out, exist_ok=True)
     jobs = [j for j in plan_jobs(args, modes) if not (args.no_steps and j[0] == "rows")]
+    if args.only:
+        import re
+        jobs = [j for j in jobs if re.search(args.only, job_label(j))]
+    print("[compare] runs:\n  " + "\n  ".join(job_label(j) for j in jobs), flush=True)
     tables, failures = run_jobs(args, jobs)
     import torch
     import libreyolo
