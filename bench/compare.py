@@ -105,6 +105,11 @@ def our_command(args, size, batch, dtype, out, name, command=()):
 def run_ours(cmd, env=None):
     """Runs libreyolo-run; its stderr, or an error with its tail."""
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    name = next((a.split("=", 1)[1] for a in cmd if a.startswith("name=")), None)
+    project = next((a.split("=", 1)[1] for a in cmd if a.startswith("project=")), None)
+    if name and project and os.path.isdir(project):  # kept beside the run: what it logged, e.g. why capture fell back
+        with open(os.path.join(project, f"{name}.stderr.log"), "w") as f:
+            f.write(r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
     return r.stderr
@@ -133,7 +138,16 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
             "peak_memory_mb": p.get("peak_memory_mb"), "warmup_s": window.get("warmup_s"), "first_step_s": window.get("first_step_s"),
             "wall_s": wall, "captured": p["meta"]["capture"],
-            "fell_back": "falling back to eager" in stderr or "ignored" in stderr}
+            "fell_back": fallback_reason(stderr) is not None, "fallback_reason": fallback_reason(stderr)}
+
+
+def fallback_reason(stderr):
+    """Our one line saying why capture was dropped (`falling back to eager: WHY`) or ignored
+    (`cuda_graph=true ignored (WHY)`), or None when the run kept its graphs."""
+    for line in stderr.splitlines():
+        if "falling back to eager" in line or "cuda_graph=true ignored" in line:
+            return line.strip()[-600:]
+    return None
 
 
 def ours_cold(args, size, batch, dtype, mode, out):
@@ -303,6 +317,8 @@ def table(rows, isolated):
     lines = [f"| engine | size | dtype | batch | mode | {step} | fastest ms | img/s | dataload share | peak MB | warm-up s | verdict | ours / LibreYOLO |",
              "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|"]
     ref = {(r["size"], r["dtype"], r["batch"], r["mode"] == "eager"): r for r in rows if r["engine"].startswith("LibreYOLO")}
+    order = ["eager", "cuda_graph", "two graphs", "whole-step graph"]
+    rows = sorted(rows, key=lambda r: ("ts".find(r["size"]), r["dtype"], r["batch"], order.index(r["mode"]) if r["mode"] in order else 9))
     for r in rows:
         base = ref.get((r["size"], r["dtype"], r["batch"], r["mode"] == "eager"))
         ratio = f"{r['step_ms'] / base['step_ms']:.2f}x" if r["engine"] == "libreyolo-run" and base else ""
@@ -351,14 +367,27 @@ def write_result(result, device, docs, heading):
             f.write(f"\n## {result['date']}: {heading} (bench/results/{name})\n\n{text}\n")
 
 
+def rows_from_log(path):
+    """The rows a run printed (its compare.txt, or the device call's steps.log) when it was cut
+    short before writing its JSON: the settings are the first JSON file's."""
+    result = {"rows": [], "cold_cache": [], "throughput": [], "settings": {"isolated": None}, "software": None, "date": ""}
+    for line in open(path, errors="replace"):
+        if line.startswith('{"engine"'):
+            row = json.loads(line)
+            result["cold_cache" if row.get("cache") == "cold" else "throughput" if "epoch_s" in row else "rows"].append(row)
+    return result
+
+
 def merge(paths):
     """Several runs' JSON as one: the rows of each, in order; settings and software from the first,
     with every run's settings kept under `runs`."""
-    parts = [json.load(open(p)) for p in paths]
+    parts = [json.load(open(p)) if p.endswith(".json") else rows_from_log(p) for p in paths]
     first = parts[0]
     merged = {k: v for k, v in first.items() if k not in ("rows", "cold_cache", "throughput", "out")}
     merged["date"] = max(p["date"] for p in parts)
-    merged["settings"] = dict(first["settings"], isolated=all(p["settings"]["isolated"] for p in parts if p["rows"]))
+    if not first.get("machine"):
+        raise SystemExit("--merge: the first file must be a run's JSON (it gives the settings and the machine)")
+    merged["settings"] = dict(first["settings"], isolated=all(p["settings"]["isolated"] in (True, None) for p in parts if p["rows"]))
     merged["runs"] = [{"file": os.path.basename(path), "settings": p["settings"], "software": p["software"]} for path, p in zip(paths, parts)]
     for k in ("rows", "cold_cache", "throughput"):
         merged[k] = [r for p in parts for r in p.get(k, [])]

@@ -273,13 +273,22 @@ impl SegmentOps<'_> {
 /// from the same state, `replayed` the graph's, each as (loss, [`SegmentSpec::signature`]). The
 /// tolerances (1e-3 on the loss, 1e-2 on the signature) widen to four times the spread of the
 /// two eager runs, so kernels that are not deterministic (atomic split-K reductions in bf16)
-/// pass while a graph that reads or writes the wrong buffers does not.
+/// pass while a graph that reads or writes the wrong buffers does not. Gradients that overflow
+/// in both eager runs (fp16 with a loss scale too large for this batch, which the scaler answers
+/// by skipping the step) agree with a replay whose gradients overflow too.
 pub fn agree(eager: (f64, f64), again: (f64, f64), replayed: (f64, f64), what: &str) -> Result<(), String> {
     let spread = |a: f64, b: f64| (a - b).abs() / a.abs().max(1e-12);
     let tol_loss = 1e-3f64.max(4.0 * spread(eager.0, again.0));
     let tol_sig = 1e-2f64.max(4.0 * spread(eager.1, again.1));
+    let overflowed = !eager.1.is_finite() && !again.1.is_finite();
     if !(spread(eager.0, replayed.0) <= tol_loss) {
         Err(format!("the replayed loss {} differs from eager {} on the capture batch (tolerance {tol_loss:.1e}; two eager runs: {} and {})", replayed.0, eager.0, eager.0, again.0))
+    } else if overflowed {
+        if replayed.1.is_finite() {
+            Err(format!("the replayed {what} (sum of squares {:.6e}) is finite where both eager runs overflowed ({} and {})", replayed.1, eager.1, again.1))
+        } else {
+            Ok(())
+        }
     } else if !(spread(eager.1, replayed.1) <= tol_sig) {
         Err(format!(
             "the replayed {what} (sum of squares {:.6e}) differs from eager ({:.6e}) on the capture batch (tolerance {tol_sig:.1e}; a second eager run gave {:.6e})",
@@ -477,5 +486,12 @@ mod tests {
         assert!(err.contains("replayed loss 17.15"), "{err}");
         // NaN never agrees.
         assert!(agree((17.1, 1.0), (17.1, 1.0), (f64::NAN, 1.0), "gradient").is_err());
+        assert!(agree((17.1, 1.0), (17.1, 1.0), (17.1, f64::NAN), "gradient").is_err());
+        // fp16 at a loss scale this batch overflows: eager and replay overflow alike (the scaler
+        // skips the step in both), which agrees; a finite replay against overflowing eager does not.
+        assert!(agree((17.1, f64::INFINITY), (17.1, f64::NAN), (17.1, f64::INFINITY), "gradient").is_ok());
+        assert!(agree((17.1, f64::INFINITY), (17.1, f64::INFINITY), (17.1, 2.4e5), "gradient").unwrap_err().contains("finite"));
+        // One eager run overflowing and the other not is no overflow: NaN spread, refused.
+        assert!(agree((17.1, f64::INFINITY), (17.1, 2.4e5), (17.1, 2.4e5), "gradient").is_err());
     }
 }
