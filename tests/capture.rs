@@ -57,6 +57,28 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(weights("eager") == weights("contract"), "the two-graph run's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("contract"));
 
+    // A seam inside the network, moved by the manifest alone: the backbone and neck in the two
+    // graphs, the heads (main and PGI) run eagerly with the loss between them; their
+    // gradients and BatchNorm statistics join the graphs' in the eager update. The heads'
+    // backward is a graph of its own, so sums over branches round differently (the gradients
+    // agree to 1e-4 of their size: `segment::tests::a_seam_inside_the_network_gives_the_
+    // gradients_of_the_whole_forward`); a randomly initialised network amplifies that over the
+    // steps, so here the first step is exact and the epoch within 2%.
+    let (ok, log) = train(dir.path(), "seam", &["cuda_graph=true", "stage.forward.until=neck.elan_down2"]);
+    assert!(ok, "{log}");
+    assert_eq!(
+        log.matches("cuda_graph: captured training forward and backward up to `neck.elan_down2` (the layers after it and the loss eager) at input shape [16, 3, 64, 64]").count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("ignored") && !log.contains("falling back to eager"), "{log}");
+    let first_step = |name: &str| std::fs::read_to_string(dir.path().join(name).join("steps.csv")).unwrap().lines().nth(1).unwrap().to_string();
+    assert_eq!(first_step("eager"), first_step("seam"));
+    let epoch = |name: &str| -> Vec<f64> { losses(name).split(',').skip(1).map(|v| v.parse().unwrap()).collect() };
+    for (e, s) in epoch("eager").iter().zip(epoch("seam")) {
+        assert!((e - s).abs() / e < 0.02, "epoch losses {:?} (eager) vs {:?} (seam)", epoch("eager"), epoch("seam"));
+    }
+
     // The contract with the update captured after the backward (a third graph on the GPU):
     // optimizer and EMA marked with the backward, the loss eager.
     let (ok, log) = train(dir.path(), "contract-update", &["cuda_graph=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]);
@@ -98,6 +120,10 @@ fn a_plan_this_build_cannot_capture_says_why_and_trains_eager() {
     let (ok, log) = train(dir.path(), "accumulate", &["cuda_graph=true", "stage.loss.capture=true", "nbs=64"]);
     assert!(ok, "{log}");
     assert!(log.contains("cuda_graph=true ignored (gradient accumulation (4 micro-batches per step) is not captured); training runs eager."), "{log}");
+    // A seam inside the network keeps the loss eager: not with the whole step.
+    let (ok, log) = train(dir.path(), "seam-whole", &["cuda_graph=true", "stage.forward.until=neck.elan_down2", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]);
+    assert!(ok, "{log}");
+    assert!(log.contains("cuda_graph=true ignored (the seam inside the network (`until = \"neck.elan_down2\"`)"), "{log}");
 }
 
 /// Validation in a captured run replays its own graphs (the batch shape and the last partial

@@ -307,3 +307,22 @@ fn unknown_recapture_event_is_named_and_suggested() {
     let (_, dag) = load(&shipped_manifest(), &["stage.loss.recapture_on=[\"mosaic_close\"]", "stage.loss.capture=true"]).unwrap();
     assert_eq!(dag.recapturing_on("mosaic_close"), ["loss"]);
 }
+
+/// A seam inside the network (`until` on the forward stage) names a layer of `model.layers`
+/// at the line it is written, before every head, on a `network.forward` stage only.
+#[test]
+fn a_network_seam_names_a_layer_before_the_heads() {
+    let text = replace(&shipped_manifest(), "kind = \"network.forward\"\n", "kind = \"network.forward\"\nuntil = \"neck.elan_dwn2\"\n");
+    let e = error(&text, &[]);
+    assert!(e.contains("stage `forward` cuts the network after `neck.elan_dwn2`, but `model.layers` has no layer of that name"), "{e}");
+    assert!(e.contains(&format!(":{}:", line_of(&text, "until = "))), "{e}");
+    assert!(e.contains("did you mean `neck.elan_down2`?"), "{e}");
+    let e = error(&shipped_manifest(), &["stage.forward.until=head"]);
+    assert!(e.contains("cannot cut the network after `head`: the detection head `head` comes before it"), "{e}");
+    let e = error(&shipped_manifest(), &["stage.forward.until=aux.spp"]);
+    assert!(e.contains("auxiliary branch"), "{e}");
+    let e = error(&shipped_manifest(), &["stage.loss.until=neck.elan_down2"]);
+    assert!(e.contains("stage `loss` (kind `loss.yolo9`) takes no `until`"), "{e}");
+    let (_, dag) = load(&shipped_manifest(), &["stage.forward.until=neck.elan_down2"]).unwrap();
+    assert_eq!(dag.network_seam(), Some("neck.elan_down2"));
+}

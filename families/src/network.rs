@@ -233,8 +233,66 @@ impl Network {
     /// Runs the layers in order. The auxiliary branch runs only when `with_aux` and it exists.
     pub fn forward(&self, images: Tensor<4>, cx: &Ctx, with_aux: bool) -> HeadMaps {
         let mut values: Vec<Option<Tensor<4>>> = vec![None; self.layers.len()];
+        let (main, aux) = self.run_layers(0..self.layers.len(), &mut values, Some(&images), cx, with_aux);
+        HeadMaps { main: main.expect("the main head runs"), aux }
+    }
+
+    /// The index of layer `name`.
+    pub fn layer_index(&self, name: &str) -> Option<usize> {
+        self.layers.iter().position(|l| l.name == name)
+    }
+
+    /// The layers up to `seam` (included) whose outputs a later layer reads, in layer order:
+    /// the activations that cross a seam after layer `seam`.
+    pub fn crossing(&self, seam: usize, with_aux: bool) -> Vec<usize> {
+        let mut crossing: Vec<usize> = self.layers[seam + 1..]
+            .iter()
+            .filter(|l| with_aux || !l.aux)
+            .flat_map(|l| l.inputs.iter())
+            .filter_map(|s| match s {
+                Source::Layer(j) if *j <= seam => Some(*j),
+                _ => None,
+            })
+            .collect();
+        crossing.sort_unstable();
+        crossing.dedup();
+        crossing
+    }
+
+    /// The first part of a forward cut after layer `seam`: the activations that cross the seam
+    /// ([`crossing`](Self::crossing) order). The seam comes before every head (checked when the
+    /// manifest is loaded).
+    pub fn forward_until(&self, seam: usize, images: Tensor<4>, cx: &Ctx, with_aux: bool) -> Vec<Tensor<4>> {
+        let mut values: Vec<Option<Tensor<4>>> = vec![None; self.layers.len()];
+        let (main, aux) = self.run_layers(0..seam + 1, &mut values, Some(&images), cx, with_aux);
+        assert!(main.is_none() && aux.is_none(), "a seam after a detection head");
+        self.crossing(seam, with_aux).into_iter().map(|j| values[j].take().expect("a crossing activation is computed")).collect()
+    }
+
+    /// The rest of a forward cut after layer `seam`, from the activations that cross it (as
+    /// [`forward_until`](Self::forward_until) returns them).
+    pub fn forward_from(&self, seam: usize, crossing: Vec<Tensor<4>>, cx: &Ctx, with_aux: bool) -> HeadMaps {
+        let mut values: Vec<Option<Tensor<4>>> = vec![None; self.layers.len()];
+        for (j, t) in self.crossing(seam, with_aux).into_iter().zip(crossing) {
+            values[j] = Some(t);
+        }
+        let (main, aux) = self.run_layers(seam + 1..self.layers.len(), &mut values, None, cx, with_aux);
+        HeadMaps { main: main.expect("the main head runs after the seam"), aux }
+    }
+
+    /// Runs the layers of `range` reading and writing `values`; the head maps they produce.
+    /// `images`: the network input, `None` after a seam (no later layer reads it).
+    fn run_layers(
+        &self,
+        range: std::ops::Range<usize>,
+        values: &mut [Option<Tensor<4>>],
+        images: Option<&Tensor<4>>,
+        cx: &Ctx,
+        with_aux: bool,
+    ) -> (Option<Vec<Tensor<4>>>, Option<Vec<Tensor<4>>>) {
         let (mut main, mut aux) = (None, None);
-        for (i, layer) in self.layers.iter().enumerate() {
+        for i in range {
+            let layer = &self.layers[i];
             if layer.aux && !with_aux {
                 continue;
             }
@@ -242,7 +300,7 @@ impl Network {
                 .inputs
                 .iter()
                 .map(|s| match s {
-                    Source::Input => images.clone(),
+                    Source::Input => images.expect("only layers before a seam read the images").clone(),
                     Source::Layer(j) => values[*j].clone().expect("inputs run before their readers"),
                 })
                 .collect();
@@ -281,7 +339,7 @@ impl Network {
                 }
             }
         }
-        HeadMaps { main: main.expect("the main head runs"), aux }
+        (main, aux)
     }
 }
 

@@ -66,6 +66,16 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             if inputs.is_empty() { "(none)".to_string() } else { inputs.join(", ") },
             if s.recapture_on.is_empty() { String::new() } else { format!("  (re-captured on {})", s.recapture_on.join(", ")) }
         );
+        if let Some(layer) = &s.until {
+            let layers = &m.model.layers;
+            let cut = layers.iter().position(|l| &l.name == layer).map_or(0, |i| i + 1);
+            let names = |part: &[libreyolo_families::LayerSpec]| match part {
+                [] => "none".to_string(),
+                [one] => format!("`{}`", one.name),
+                [first, .., last] => format!("{} layers, `{}` .. `{}`", part.len(), first.name, last.name),
+            };
+            let _ = writeln!(out, "      network seam after `{layer}`: {} with this stage; {} eager with the loss, between the graphs", names(&layers[..cut]), names(&layers[cut..]));
+        }
     }
     let _ = writeln!(out, "\nsegments:");
     for (n, seg) in plan.segments.iter().enumerate() {
@@ -95,6 +105,10 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             match crate::train::capture_plan::capture_support(loaded, dag, device, world, launch.is_some()) {
                 Ok(crate::train::capture_plan::CaptureSupport::WholeStep) => "captures the whole step (forward, loss, backward, optimizer, EMA) as one graph".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::Segment) => "captures forward + loss + backward as one graph; optimizer, EMA and schedule eager".to_string(),
+                Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) if dag.network_seam().is_some() => format!(
+                    "captures the forward and the backward of the layers up to `{}` as two graphs, the layers after it and the loss eager between them; optimizer, EMA and schedule eager",
+                    dag.network_seam().unwrap_or_default()
+                ),
                 Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) => "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract); optimizer, EMA and schedule eager".to_string(),
                 Ok(crate::train::capture_plan::CaptureSupport::TwoGraphsAndUpdate) => {
                     "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract), then the update (BatchNorm statistics, optimizer, EMA) as a third graph; a data-parallel rank's gradient all-reduce runs eager before it; the schedule eager".to_string()

@@ -31,6 +31,9 @@ pub struct Stage {
     pub inputs: Vec<ValueRef>,
     /// Run events that invalidate the graphs holding this stage ([`RECAPTURE_EVENTS`]).
     pub recapture_on: Vec<String>,
+    /// A `network.forward`'s seam inside the network: the layer after which the captured
+    /// part ends ([`check_until`]).
+    pub until: Option<String>,
 }
 
 /// The run events a stage may ask to re-capture on: `mosaic_close`, the first epoch without
@@ -113,7 +116,17 @@ impl StepDag {
                         .with_note(format!("known events: {}", RECAPTURE_EVENTS.join(", "))));
                 }
             }
-            stages.push(Stage { name: spec.name.clone(), kind, capture: spec.capture, inputs, recapture_on: spec.recapture_on.clone() });
+            if let Some(layer) = &spec.until {
+                check_until(loaded, i, kind.name, layer)?;
+            }
+            stages.push(Stage {
+                name: spec.name.clone(),
+                kind,
+                capture: spec.capture,
+                inputs,
+                recapture_on: spec.recapture_on.clone(),
+                until: spec.until.clone(),
+            });
         }
 
         let mut graph = DiGraph::new();
@@ -149,6 +162,11 @@ impl StepDag {
             .map(|e| self.graph[e.target()])
     }
 
+    /// The seam inside the network (`until` of the `network.forward` stage), if any.
+    pub fn network_seam(&self) -> Option<&str> {
+        self.stages.iter().find_map(|s| s.until.as_deref())
+    }
+
     /// Splits the DAG at its capture seams; with `capture_enabled` false every stage is eager.
     pub fn plan(&self, capture_enabled: bool) -> Plan {
         plan::plan(self, capture_enabled)
@@ -156,6 +174,45 @@ impl StepDag {
 
     pub fn name(&self, value: ValueRef) -> String {
         format!("{}.{}", self.stages[value.stage].name, value.output)
+    }
+}
+
+/// Checks stage `i`'s `until = "LAYER"`: a `network.forward` stage, a layer of
+/// `model.layers` of the main branch, before every detection head, and no layer after it reading
+/// the images (the part after the seam starts from the activations that cross it).
+fn check_until(loaded: &LoadedManifest, i: usize, kind: &str, layer: &str) -> Result<(), Diagnostic> {
+    let source = &loaded.source;
+    let at = KeyPath::stage(i).key("until");
+    let stage = &loaded.manifest.stages[i].name;
+    if kind != "network.forward" {
+        return Err(source
+            .error_at(&at, Part::Key, format!("stage `{stage}` (kind `{kind}`) takes no `until`"))
+            .with_label("only `network.forward` stages are cut inside the network"));
+    }
+    let layers = &loaded.manifest.model.layers;
+    let Some(seam) = layers.iter().position(|l| l.name == layer) else {
+        return Err(source
+            .error_at(&at, Part::Value, format!("stage `{stage}` cuts the network after `{layer}`, but `model.layers` has no layer of that name"))
+            .with_label("unknown layer")
+            .with_help(suggestion(layer, layers.iter().map(|l| l.name.as_str()))));
+    };
+    let reads_images = |l: &libreyolo_families::LayerSpec| match &l.from {
+        libreyolo_families::topology::Sources::One(s) => s == libreyolo_families::topology::INPUT,
+        libreyolo_families::topology::Sources::Many(v) => v.iter().any(|s| s == libreyolo_families::topology::INPUT),
+        libreyolo_families::topology::Sources::Previous => false,
+    };
+    let why = if layers[seam].aux {
+        Some("it is a layer of the PGI auxiliary branch, which runs only in training with `aux_weight > 0`".to_string())
+    } else if let Some(head) = layers[..=seam].iter().find(|l| l.block == "DDetect") {
+        Some(format!("the detection head `{}` comes before it: the seam must come before every head, whose maps the eager loss reads", head.name))
+    } else {
+        layers[seam + 1..].iter().find(|l| reads_images(l)).map(|l| format!("layer `{}` after it reads the images", l.name))
+    };
+    match why {
+        Some(why) => Err(source
+            .error_at(&at, Part::Value, format!("stage `{stage}` cannot cut the network after `{layer}`: {why}"))
+            .with_label("not a seam")),
+        None => Ok(()),
     }
 }
 

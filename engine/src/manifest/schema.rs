@@ -351,6 +351,11 @@ pub struct StageSpec {
     /// `invalidate_cuda_graph`; YOLOX's loss gains its L1 branch at `mosaic_close`).
     #[serde(default)]
     pub recapture_on: Vec<String>,
+    /// `network.forward` only: a seam inside the network after this layer. The capture holds
+    /// the layers up to it (forward and backward); the layers after it run eagerly with the
+    /// loss, between the graphs (e.g. the backbone and neck captured, the heads eager).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 mod defaults {

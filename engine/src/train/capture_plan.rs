@@ -51,7 +51,18 @@ fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolve
     if resolved.backend != crate::device::Backend::Cuda && !software {
         return Err("device is not CUDA".to_string());
     }
-    plan_support(&captured, accumulate, fp16_scaling)
+    let kind = plan_support(&captured, accumulate, fp16_scaling)?;
+    match dag.network_seam() {
+        Some(layer) if kind != CaptureSupport::TwoGraphs => Err(format!(
+            "the seam inside the network (`until = \"{layer}\"`) runs the layers after it eagerly with the loss, between LibreYOLO's two graphs, so the loss, the optimizer and the EMA stay eager (`stage.loss.capture=false stage.optimizer.capture=false stage.ema.capture=false`); this plan captures the {}",
+            match kind {
+                CaptureSupport::WholeStep => "whole step",
+                CaptureSupport::Segment => "loss with the network",
+                _ => "update after the backward",
+            }
+        )),
+        _ => Ok(kind),
+    }
 }
 
 /// What a plan of captured stage kinds (`captured`, one list a segment) captures, given the
@@ -100,13 +111,14 @@ pub(super) fn capture_manager(
             None
         }
         Ok(kind) => {
-            let what = match kind {
-                CaptureSupport::WholeStep => "training step",
-                CaptureSupport::Segment => "training forward/loss/backward",
-                CaptureSupport::TwoGraphs => "training forward and backward (loss eager)",
-                CaptureSupport::TwoGraphsAndUpdate => "training forward, backward and update (loss eager)",
+            let what = match (kind, dag.network_seam()) {
+                (CaptureSupport::TwoGraphs, Some(layer)) => format!("training forward and backward up to `{layer}` (the layers after it and the loss eager)"),
+                (CaptureSupport::WholeStep, _) => "training step".into(),
+                (CaptureSupport::Segment, _) => "training forward/loss/backward".into(),
+                (CaptureSupport::TwoGraphs, _) => "training forward and backward (loss eager)".into(),
+                (CaptureSupport::TwoGraphsAndUpdate, _) => "training forward, backward and update (loss eager)".into(),
             };
-            Some((crate::capture::CaptureManager::new(what, m.capture.threshold, m.capture.max_graphs as usize), kind))
+            Some((crate::capture::CaptureManager::new(&what, m.capture.threshold, m.capture.max_graphs as usize), kind))
         }
     }
 }

@@ -74,6 +74,8 @@ pub struct Trainer<'a> {
     captures_update: bool,
     /// LibreYOLO's contract: forward and backward captured as two graphs, the loss eager.
     split_graphs: bool,
+    /// With `split_graphs`, the network layer after which the graphs end (`until`).
+    seam: Option<usize>,
     schedule: Schedule,
     loss: Yolo9Loss,
     aux_weight: f64,
@@ -233,6 +235,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         ema_scalars: Rc::new(RefCell::new(DecayScalars::new(0.0, &device))),
         captures_update: false,
         split_graphs: false,
+        seam: None,
         schedule,
         loss,
         aux_weight: m.model.aux_weight,
@@ -256,6 +259,8 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         use capture_plan::CaptureSupport::*;
         trainer.captures_update = matches!(kind, WholeStep | TwoGraphsAndUpdate);
         trainer.split_graphs = matches!(kind, TwoGraphs | TwoGraphsAndUpdate);
+        // Checked when the manifest was loaded (`dag::check_until`): a layer of the main branch.
+        trainer.seam = dag.network_seam().map(|layer| trainer.model.network.layer_index(layer).expect("`until` names a built layer"));
         // Every captured graph reads the parameters (validation's, the EMA weights) at the
         // addresses it recorded, and the whole step records the updates too: each update must
         // keep its tensor's buffer, whatever the fusion backend would pick. (Two graphs with

@@ -85,6 +85,9 @@ pub struct SegmentSpec {
     pub tail: Option<StepTail>,
     /// LibreYOLO's contract: forward and backward as two graphs, the loss eager between.
     pub split: bool,
+    /// With `split`, a seam inside the network after this layer: the graphs hold the layers
+    /// up to it, the layers after it run eagerly with the loss (the forward stage's `until`).
+    pub seam: Option<usize>,
     /// With the update captured in a data-parallel run: the gradient all-reduce before it.
     pub reduce: Option<Reduce>,
 }
@@ -382,6 +385,7 @@ impl Trainer<'_> {
             aux_weight: self.aux_weight,
             factor: self.loss_factor(),
             split: self.split_graphs,
+            seam: self.seam,
             reduce: (self.captures_update && self.replica.world() > 1).then(|| {
                 let replica = self.replica.clone();
                 Rc::new(move |grads| replica.average_gradients(grads)) as Reduce
@@ -440,12 +444,55 @@ mod tests {
             factor: 1.0,
             tail: Some(tail),
             split: true,
+            seam: None,
             reduce,
         };
         let images = Tensor::<4>::random([2, 3, 64, 64], burn::tensor::Distribution::Uniform(0.0, 1.0), &device);
         let box_row = [[3.0f32, 0.2, 0.2, 0.7, 0.8]];
         let targets = Tensor::<3>::from_data(burn::tensor::TensorData::new([box_row, box_row].concat().concat().to_vec(), [2, 1, 5]), &device);
         (spec, images, targets)
+    }
+
+    /// A seam inside the network (the backbone and neck in the graphs, both heads with the
+    /// loss between them, PGI on) gives the gradients and BatchNorm statistics of the whole
+    /// forward: the same parameters, to float rounding (the heads' backward runs in a graph of
+    /// its own, so sums of several branches add in another order).
+    #[test]
+    fn a_seam_inside_the_network_gives_the_gradients_of_the_whole_forward() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/yolo9t.toml");
+        let loaded = crate::manifest::load(&path, &["imgsz=64".into()]).unwrap();
+        let device = Device::flex();
+        let (network, params) = crate::network::build(&loaded, 80, true, &device).unwrap();
+        let loss = super::super::yolo9_loss(&loaded.manifest, 80, &network);
+        let forward = ForwardSpec { compute: None, with_aux: true, replicas: vec![], sync_bn: false };
+        let mut spec = SegmentSpec {
+            network: Rc::new(network),
+            params: Rc::new(RefCell::new(params)),
+            forward,
+            loss,
+            aux_weight: 0.25,
+            factor: 1.0,
+            tail: None,
+            split: true,
+            seam: None,
+            reduce: None,
+        };
+        let (_, images, targets) = rank_segment(None);
+        let whole = spec.run(images.clone(), targets.clone());
+        let seam = spec.network.layer_index("neck.elan_down2").unwrap();
+        // Six activations cross it: three neck outputs into the main head, three backbone
+        // outputs into the PGI branch.
+        assert_eq!(spec.network.crossing(seam, true).len(), 6);
+        spec.seam = Some(seam);
+        let cut = spec.run(images, targets);
+        assert_eq!(total(&whole), total(&cut));
+        let ids = |o: &SegmentOut| o.grads.iter().map(|(id, _)| id.0).collect::<Vec<_>>();
+        assert_eq!(ids(&whole), ids(&cut), "the same parameters get gradients, in the same order");
+        let max_abs = |t: Tensor<1>| read_scalar(t.abs().max().reshape([1]));
+        let worst = whole.grads.iter().zip(&cut.grads).map(|((_, a), (_, b))| max_abs(a.clone().sub(b.clone())) / max_abs(a.clone()).max(1e-12)).fold(0.0, f64::max);
+        assert!(worst < 1e-4, "a gradient differs by {worst:e} of its largest value");
+        let stats = |o: &SegmentOut| o.stats.iter().map(|s| s.running_mean.0).collect::<Vec<_>>();
+        assert_eq!(stats(&whole), stats(&cut), "every BatchNorm's batch statistics, the heads' included");
     }
 
     /// The trained tensors, flattened and concatenated, on the host.
@@ -495,3 +542,4 @@ mod tests {
         assert!(agree((17.1, f64::INFINITY), (17.1, 2.4e5), (17.1, 2.4e5), "gradient").is_err());
     }
 }
+

@@ -64,13 +64,23 @@ impl ForwardSpec {
 /// The network's training forward: the context (autodiff leaves, BatchNorm batch statistics)
 /// and the head maps.
 pub fn forward(network: &Network, params: &ParamStore, spec: &ForwardSpec, images: Tensor<4>) -> (Ctx, HeadMaps) {
-    let (cx, images) = match spec.compute {
-        Some(d) => (Ctx::train_in(params, d), images.cast(d)),
-        None => (Ctx::train(params), images),
+    let cx = train_ctx(params, spec);
+    let images = match spec.compute {
+        Some(d) => images.cast(d),
+        None => images,
     };
-    let cx = if spec.sync_bn { cx.synced_over(spec.replicas.clone()) } else { cx };
     let maps = network.forward(images, &cx, spec.with_aux);
     (cx, maps)
+}
+
+/// A training context over `params` for `spec`: autodiff leaves, the compute dtype, and
+/// BatchNorm statistics shared over the replicas when `sync_bn`.
+pub fn train_ctx(params: &ParamStore, spec: &ForwardSpec) -> Ctx {
+    let cx = match spec.compute {
+        Some(d) => Ctx::train_in(params, d),
+        None => Ctx::train(params),
+    };
+    if spec.sync_bn { cx.synced_over(spec.replicas.clone()) } else { cx }
 }
 
 /// The loss of the main head plus `aux_weight` times the auxiliary head's, in f32.

@@ -21,7 +21,7 @@ use libreyolo_families::{BatchStats, Ctx, HeadMaps, ParamId};
 use libreyolo_stages::loss::LossTerms;
 
 use super::segment::{SegmentOut, SegmentSpec};
-use super::step::{forward, loss};
+use super::step::{forward, loss, train_ctx};
 use crate::capture::{fresh_copy, write_into};
 
 /// The maps of a forward as one list: the main head's, then the auxiliary head's.
@@ -29,24 +29,76 @@ fn all_maps(maps: &HeadMaps) -> Vec<Tensor<4>> {
     maps.main.iter().chain(maps.aux.iter().flatten()).cloned().collect()
 }
 
-/// The loss of `maps`, taken as leaves of a graph of its own, and its gradient with respect
-/// to each map (in [`all_maps`] order).
-fn loss_and_upstream(spec: &SegmentSpec, maps: &HeadMaps, targets: Tensor<3>) -> (LossTerms, Vec<Tensor<4>>) {
-    let leaf = |m: &Tensor<4>| m.clone().inner().autodiff().require_grad();
-    let leaves = HeadMaps { main: maps.main.iter().map(leaf).collect(), aux: maps.aux.as_ref().map(|a| a.iter().map(leaf).collect()) };
-    let strides = spec.network.head().strides.clone();
-    let terms = loss(&spec.loss, spec.aux_weight, &strides, leaves.clone(), targets, spec.forward.group());
-    let total = if spec.factor != 1.0 { terms.total.clone().mul_scalar(spec.factor) } else { terms.total.clone() };
-    let grads = total.backward();
-    let upstream = all_maps(&leaves).iter().map(|l| l.grad(&grads).expect("every head map reaches the loss").inner()).collect();
-    (terms, upstream)
+/// What the forward graph computes and the eager part between the graphs reads: the head maps
+/// (LibreYOLO's contract), or with a seam inside the network (`until`) the activations that
+/// cross it.
+fn forward_part(spec: &SegmentSpec, images: Tensor<4>) -> (Ctx, Vec<Tensor<4>>) {
+    let Some(seam) = spec.seam else {
+        let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images);
+        return (cx, all_maps(&maps));
+    };
+    let cx = train_ctx(&spec.params.borrow(), &spec.forward);
+    let images = match spec.forward.compute {
+        Some(d) => images.cast(d),
+        None => images,
+    };
+    let crossing = spec.network.forward_until(seam, images, &cx, spec.forward.with_aux);
+    (cx, crossing)
 }
 
-/// The parameter gradients of a forward whose maps have the loss gradients `upstream`: the
-/// backward of `sum(map * upstream)` over every map.
-fn backward_from(maps: &HeadMaps, upstream: &[Tensor<4>], cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
-    let total = all_maps(maps)
-        .into_iter()
+/// The eager part between the graphs.
+struct Middle {
+    terms: LossTerms,
+    /// The loss gradient with respect to each output of the forward graph.
+    upstream: Vec<Tensor<4>>,
+    /// With a seam: the gradients and BatchNorm statistics of the layers after it.
+    grads: Vec<(ParamId, Tensor<1>)>,
+    stats: Vec<BatchStats>,
+}
+
+/// The eager part on the forward graph's `outputs`, taken as leaves of a graph of its own:
+/// with a seam, the layers after it; then the loss, and its backward to the outputs.
+fn middle(spec: &SegmentSpec, outputs: &[Tensor<4>], targets: Tensor<3>) -> Middle {
+    let leaves: Vec<Tensor<4>> = outputs.iter().map(|m| m.clone().inner().autodiff().require_grad()).collect();
+    let (maps, cx) = match spec.seam {
+        None => {
+            let n = spec.network.head().strides.len();
+            let aux = (leaves.len() > n).then(|| leaves[n..].to_vec());
+            (HeadMaps { main: leaves[..n].to_vec(), aux }, None)
+        }
+        Some(seam) => {
+            let cx = train_ctx(&spec.params.borrow(), &spec.forward);
+            let maps = spec.network.forward_from(seam, leaves.clone(), &cx, spec.forward.with_aux);
+            (maps, Some(cx))
+        }
+    };
+    let strides = spec.network.head().strides.clone();
+    let terms = loss(&spec.loss, spec.aux_weight, &strides, maps, targets, spec.forward.group());
+    let total = if spec.factor != 1.0 { terms.total.clone().mul_scalar(spec.factor) } else { terms.total.clone() };
+    let grads = total.backward();
+    let upstream = leaves.iter().map(|l| l.grad(&grads).expect("every output of the forward graph reaches the loss").inner()).collect();
+    let (grads, stats) = match cx {
+        Some(cx) => (cx.gradients(&grads), cx.take_batch_stats()),
+        None => (vec![], vec![]),
+    };
+    Middle { terms, upstream, grads, stats }
+}
+
+/// Both parts' gradients in the store's order.
+fn joined(mut a: Vec<(ParamId, Tensor<1>)>, b: Vec<(ParamId, Tensor<1>)>) -> Vec<(ParamId, Tensor<1>)> {
+    if !b.is_empty() {
+        a.extend(b);
+        a.sort_by_key(|(id, _)| id.0);
+    }
+    a
+}
+
+/// The parameter gradients of a forward whose outputs have the loss gradients `upstream`: the
+/// backward of `sum(output * upstream)` over every output.
+fn backward_from(outputs: &[Tensor<4>], upstream: &[Tensor<4>], cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
+    let total = outputs
+        .iter()
+        .cloned()
         .zip(upstream)
         .map(|(m, u)| m.mul(u.clone().autodiff()).sum())
         .reduce(|a, b| a.add(b))
@@ -66,21 +118,23 @@ pub fn run_split(spec: &SegmentSpec, images: Tensor<4>, targets: Tensor<3>, drai
             let _ = device.sync();
         }
     };
-    let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images);
-    let stats = cx.take_batch_stats();
+    let (cx, outputs) = forward_part(spec, images);
+    let mut stats = cx.take_batch_stats();
     drained();
-    let (terms, upstream) = loss_and_upstream(spec, &maps, targets);
+    let m = middle(spec, &outputs, targets);
     drained();
-    let grads = backward_from(&maps, &upstream, &cx);
-    SegmentOut { terms, grads, stats }
+    let grads = joined(backward_from(&outputs, &m.upstream, &cx), m.grads);
+    stats.extend(m.stats);
+    SegmentOut { terms: m.terms, grads, stats }
 }
 
 /// The two hardware graphs and every buffer they read or write.
 pub struct TwoGraphs {
     forward: BackendGraph<Dispatch>,
     backward: BackendGraph<Dispatch>,
-    /// The capture run's maps: rewritten by every forward replay, read by the eager loss.
-    maps: HeadMaps,
+    /// The capture run's outputs (head maps, or the activations crossing a seam): rewritten by
+    /// every forward replay, read by the eager part.
+    outputs: Vec<Tensor<4>>,
     /// dL/dmap, written in place before every backward replay.
     upstream: Vec<Tensor<4>>,
     /// The backward graph's outputs.
@@ -118,22 +172,21 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
     if Dispatch::graph_start_capture(d).is_err() {
         return Ok(None);
     }
-    let (cx, maps) = forward(&spec.network, &spec.params.borrow(), &spec.forward, images.clone());
+    let (cx, outputs) = forward_part(spec, images.clone());
     let forward_graph = Dispatch::graph_stop_capture(d).map_err(failed("recording the forward graph"))?;
     let stats = cx.take_batch_stats();
-    let (_, upstream) = loss_and_upstream(spec, &maps, targets.clone());
-    let stable: Vec<Tensor<4>> = upstream.iter().map(fresh_copy).collect();
+    let stable: Vec<Tensor<4>> = middle(spec, &outputs, targets.clone()).upstream.iter().map(fresh_copy).collect();
     // The forward graph's pages are now reserved to it: one more eager step lets the pools
     // grow for the backward's temporaries outside a window (burn-0.22.md 4.6).
     eager_step(false);
     Dispatch::graph_prepare(d).map_err(failed("preparing the backward graph"))?;
     Dispatch::graph_start_capture(d).map_err(failed("opening the backward window"))?;
-    let grads = backward_from(&maps, &stable, &cx);
+    let grads = backward_from(&outputs, &stable, &cx);
     let backward_graph = Dispatch::graph_stop_capture(d).map_err(failed("recording the backward graph"))?;
-    // The maps are kept without their autodiff tape, and the context goes: both hold handles on
-    // the parameters, which an update graph needs uniquely owned to write them in place.
+    // The outputs are kept without their autodiff tape, and the context goes: both hold handles
+    // on the parameters, which an update graph needs uniquely owned to write them in place.
     drop(cx);
-    let maps = HeadMaps { main: maps.main.into_iter().map(Tensor::inner).collect(), aux: maps.aux.map(|a| a.into_iter().map(Tensor::inner).collect()) };
+    let outputs: Vec<Tensor<4>> = outputs.into_iter().map(Tensor::inner).collect();
     let update = match &spec.tail {
         None => None,
         Some(tail) => {
@@ -148,7 +201,7 @@ pub fn capture(spec: &SegmentSpec, device: &Device, images: &Tensor<4>, targets:
             Some(Dispatch::graph_stop_capture(d).map_err(failed("recording the update graph"))?)
         }
     };
-    Ok(Some(TwoGraphs { forward: forward_graph, backward: backward_graph, maps, upstream: stable, grads, stats, update }))
+    Ok(Some(TwoGraphs { forward: forward_graph, backward: backward_graph, outputs, upstream: stable, grads, stats, update }))
 }
 
 impl TwoGraphs {
@@ -161,8 +214,9 @@ impl TwoGraphs {
         // which outlive the graphs); the refreshes, the loss and the reads run on this thread,
         // the stream the graphs were captured on.
         unsafe { Dispatch::graph_replay(d, &self.forward) }.map_err(failed("replaying the forward graph"))?;
-        let (terms, upstream) = loss_and_upstream(spec, &self.maps, targets);
-        for (stable, new) in self.upstream.iter_mut().zip(upstream) {
+        let m = middle(spec, &self.outputs, targets);
+        let terms = m.terms;
+        for (stable, new) in self.upstream.iter_mut().zip(m.upstream) {
             if !stable.can_mut() {
                 return Err("an upstream-gradient buffer is shared, so an in-place write would not reach the graph".into());
             }
@@ -170,8 +224,13 @@ impl TwoGraphs {
         }
         unsafe { Dispatch::graph_replay(d, &self.backward) }.map_err(failed("replaying the backward graph"))?;
         let Some(update) = &self.update else {
-            return Ok(SegmentOut { terms, grads: self.grads.clone(), stats: self.stats.clone() });
+            let mut stats = self.stats.clone();
+            stats.extend(m.stats);
+            return Ok(SegmentOut { terms, grads: joined(self.grads.clone(), m.grads), stats });
         };
+        // A seam with the update captured is refused by the capture plan: the eager layers'
+        // gradients and statistics are new buffers each step, which the update graph would not read.
+        debug_assert!(m.grads.is_empty() && m.stats.is_empty());
         if let Some(reduce) = &spec.reduce {
             // Each gradient, uniquely owned here, is all-reduced in its own buffer: the one the
             // update graph reads.
