@@ -1,6 +1,6 @@
 //! The training profiler (LibreYOLO's `TrainStepProfiler` on the engine's terms): the executor
 //! calls a probe around every stage, so every stage of the manifest is a phase, plus `dataload`
-//! (the host waiting for the loader) and `readback` (the per-step read of the loss terms).
+//! (the host waiting for the loader) and `readback` (the read of the previous step's loss terms).
 //!
 //! The window: `warmup` steps discarded, then `max(2, steps)` measured; the first half
 //! unsynchronised (step time and dataloader stall; the verdict comes only from it), the second

@@ -492,8 +492,21 @@ impl Trainer<'_> {
         if !self.replica.is_main() {
             bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        let (mut sum, mut images) = (step::StepLosses::default(), 0usize);
-        let mut steps = vec![];
+        let mut images = 0usize;
+        let mut log = EpochLosses::default();
+        // The last step's losses, queued on the device and read after the next step is queued.
+        let mut pending: Option<(step::QueuedLosses, usize, f64, usize)> = None;
+        let record = |(queued, step, lr, iteration): (step::QueuedLosses, usize, f64, usize), log: &mut EpochLosses| -> anyhow::Result<()> {
+            let l = queued.read();
+            if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
+                anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, step + 1, l.box_loss, l.dfl_loss, l.cls_loss);
+            }
+            log.steps.push(StepRecord { iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr });
+            log.sum.box_loss += l.box_loss;
+            log.sum.dfl_loss += l.dfl_loss;
+            log.sum.cls_loss += l.cls_loss;
+            Ok(())
+        };
         let started = Instant::now();
         let batches = loader.epoch(epoch as u64);
         let mut i = 0;
@@ -528,44 +541,51 @@ impl Trainer<'_> {
                 if let Some(p) = self.profiler.as_mut() {
                     p.enter("readback");
                 }
-                let l = step::read_losses(loss, &self.replica);
+                // This step's losses are queued; the previous step's are read now, after this
+                // step was queued (the host no longer waits for a step before queuing the next).
+                let queued = (step::queue_losses(loss, &self.replica), i, self.schedule.at(self.iteration).0, self.iteration);
+                if let Some(previous) = pending.replace(queued) {
+                    record(previous, &mut log)?;
+                }
                 if let Some(p) = self.profiler.as_mut() {
                     p.exit();
                 }
-                if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
-                    anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, i + 1, l.box_loss, l.dfl_loss, l.cls_loss);
-                }
-                let (lr, _) = self.schedule.at(self.iteration);
-                steps.push(StepRecord { iteration: self.iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr });
-                sum.box_loss += l.box_loss;
-                sum.dfl_loss += l.dfl_loss;
-                sum.cls_loss += l.cls_loss;
-                let n = steps.len();
+                let (sum, n) = (&log.sum, log.steps.len().max(1) as f64);
                 bar.set_message(format!(
                     "box {:.3} dfl {:.3} cls {:.3} lr {:.5} {:.1} img/s{}",
-                    sum.box_loss / n as f64,
-                    sum.dfl_loss / n as f64,
-                    sum.cls_loss / n as f64,
-                    lr,
+                    sum.box_loss / n,
+                    sum.dfl_loss / n,
+                    sum.cls_loss / n,
+                    self.schedule.at(self.iteration).0,
                     images as f64 / started.elapsed().as_secs_f64(),
                     progress::memory(&self.device)
                 ));
             }
             bar.inc(1);
             i += 1;
-            if self.profiler.as_mut().map(|p| p.end_step()) == Some(profile::Progress::Done) && self.close_profile()? {
-                bar.abandon();
-                return Ok((sum, images, EpochEnd::ProfileOnly, steps));
+            if self.profiler.as_mut().map(|p| p.end_step()) == Some(profile::Progress::Done) {
+                if let Some(last) = pending.take() {
+                    record(last, &mut log)?;
+                }
+                if self.close_profile()? {
+                    bar.abandon();
+                    return Ok((log.mean(), images, EpochEnd::ProfileOnly, log.steps));
+                }
             }
             self.replica.step_done();
             if self.replica.should_stop(i, STOP.load(Ordering::SeqCst)) {
+                if let Some(last) = pending.take() {
+                    record(last, &mut log)?;
+                }
                 bar.abandon();
-                return Ok((sum, images, EpochEnd::Interrupted, steps));
+                return Ok((log.mean(), images, EpochEnd::Interrupted, log.steps));
             }
         }
+        if let Some(last) = pending.take() {
+            record(last, &mut log)?;
+        }
         bar.finish();
-        let n = steps.len().max(1) as f64;
-        Ok((step::StepLosses { box_loss: sum.box_loss / n, dfl_loss: sum.dfl_loss / n, cls_loss: sum.cls_loss / n }, images, EpochEnd::Complete, steps))
+        Ok((log.mean(), images, EpochEnd::Complete, log.steps))
     }
 
     /// Validation's forward: the EMA weights (or the model's without EMA), read at call time, so
@@ -673,3 +693,17 @@ pub fn resolve_batch(batch: i64, resolved: &ResolvedDevice) -> anyhow::Result<us
     }
 }
 
+
+/// The losses of an epoch's steps, as read back.
+#[derive(Default)]
+struct EpochLosses {
+    sum: step::StepLosses,
+    steps: Vec<StepRecord>,
+}
+
+impl EpochLosses {
+    fn mean(&self) -> step::StepLosses {
+        let n = self.steps.len().max(1) as f64;
+        step::StepLosses { box_loss: self.sum.box_loss / n, dfl_loss: self.sum.dfl_loss / n, cls_loss: self.sum.cls_loss / n }
+    }
+}
