@@ -496,8 +496,9 @@ impl Trainer<'_> {
         let mut log = EpochLosses::default();
         // The last step's losses, queued on the device and read after the next step is queued.
         let mut pending: Option<(step::QueuedLosses, usize, f64, usize)> = None;
+        let replica = self.replica.clone();
         let record = |(queued, step, lr, iteration): (step::QueuedLosses, usize, f64, usize), log: &mut EpochLosses| -> anyhow::Result<()> {
-            let l = queued.read();
+            let l = queued.read(&replica);
             if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
                 anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, step + 1, l.box_loss, l.dfl_loss, l.cls_loss);
             }
@@ -543,7 +544,7 @@ impl Trainer<'_> {
                 }
                 // This step's losses are queued; the previous step's are read now, after this
                 // step was queued (the host no longer waits for a step before queuing the next).
-                let queued = (step::queue_losses(loss, &self.replica), i, self.schedule.at(self.iteration).0, self.iteration);
+                let queued = (step::queue_losses(loss), i, self.schedule.at(self.iteration).0, self.iteration);
                 if let Some(previous) = pending.replace(queued) {
                     record(previous, &mut log)?;
                 }

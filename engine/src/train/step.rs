@@ -301,25 +301,25 @@ pub fn clip_global_norm(grads: &mut [(ParamId, Tensor<1>)], max_norm: f64) {
 /// Reads the loss terms back (one sync); in a data-parallel run, their mean over the replicas
 /// (the whole batch's loss, as one GPU logs it).
 pub fn read_losses(terms: &LossTerms, replica: &super::replica::Replica) -> StepLosses {
-    queue_losses(terms, replica).read()
+    queue_losses(terms).read(replica)
 }
 
-/// A step's logged losses, copied into a buffer of their own on the device (the replicas' mean
-/// in a data-parallel run) and read back later: reading them one step late lets the host queue
-/// the next step before it waits, so the GPU is not idle while the host prepares a step.
+/// A step's logged losses, copied into a buffer of their own on the device and read back
+/// later: reading them one step late lets the host queue the next step before it waits, so the
+/// GPU is not idle while the host prepares a step.
 pub struct QueuedLosses(Tensor<1>);
 
 /// Queues the copy of this step's loss terms (a captured step's outputs are rewritten by the
 /// next replay; the copy runs before it, in stream order).
-pub fn queue_losses(terms: &LossTerms, replica: &super::replica::Replica) -> QueuedLosses {
-    let v = Tensor::cat(vec![terms.box_loss.clone(), terms.dfl_loss.clone(), terms.cls_loss.clone()], 0);
-    QueuedLosses(replica.mean(v.detach()))
+pub fn queue_losses(terms: &LossTerms) -> QueuedLosses {
+    QueuedLosses(Tensor::cat(vec![terms.box_loss.clone(), terms.dfl_loss.clone(), terms.cls_loss.clone()], 0).detach())
 }
 
 impl QueuedLosses {
-    /// Reads the values back (waits for the step that produced them).
-    pub fn read(self) -> StepLosses {
-        let v = self.0.into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    /// The replicas' mean (a collective that waits for it, so it runs here, at the read, which
+    /// every rank reaches in the same order), read back.
+    pub fn read(self, replica: &super::replica::Replica) -> StepLosses {
+        let v = replica.mean(self.0).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
         StepLosses { box_loss: v[0] as f64, dfl_loss: v[1] as f64, cls_loss: v[2] as f64 }
     }
 }
