@@ -65,12 +65,16 @@ impl ForwardSpec {
 /// and the head maps.
 pub fn forward(network: &Network, params: &ParamStore, spec: &ForwardSpec, images: Tensor<4>) -> (Ctx, HeadMaps) {
     let cx = train_ctx(params, spec);
-    let images = match spec.compute {
+    let maps = network.forward(compute_input(images, spec), &cx, spec.with_aux);
+    (cx, maps)
+}
+
+/// The images in the forward's compute dtype.
+pub fn compute_input(images: Tensor<4>, spec: &ForwardSpec) -> Tensor<4> {
+    match spec.compute {
         Some(d) => images.cast(d),
         None => images,
-    };
-    let maps = network.forward(images, &cx, spec.with_aux);
-    (cx, maps)
+    }
 }
 
 /// A training context over `params` for `spec`: autodiff leaves, the compute dtype, and

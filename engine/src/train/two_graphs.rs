@@ -5,7 +5,10 @@
 //! buffers of its capture run. The loss runs eagerly on those maps, as leaves of a graph of its
 //! own, and its gradient with respect to each map is written in place into a stable upstream
 //! buffer. The backward graph, recorded from the capture run's autodiff tape, reads the saved
-//! activations and the upstream buffers and writes the parameter gradients. Optimizer, EMA and
+//! activations and the upstream buffers and writes the parameter gradients. With a seam inside
+//! the network (the forward stage's `until`), the forward graph ends at that layer and writes
+//! the activations that cross it; the eager part runs the layers after it (e.g. the heads) from
+//! them, then the loss, and the backward graph starts from their gradients. Optimizer, EMA and
 //! schedule stay eager, like the reference — or, when the manifest captures them with the
 //! backward, the update (BatchNorm statistics, clip, optimizer, EMA) is a third graph reading
 //! the backward graph's gradient buffers. A data-parallel rank all-reduces those buffers in
@@ -21,7 +24,7 @@ use libreyolo_families::{BatchStats, Ctx, HeadMaps, ParamId};
 use libreyolo_stages::loss::LossTerms;
 
 use super::segment::{SegmentOut, SegmentSpec};
-use super::step::{forward, loss, train_ctx};
+use super::step::{compute_input, forward, loss, train_ctx};
 use crate::capture::{fresh_copy, write_into};
 
 /// The maps of a forward as one list: the main head's, then the auxiliary head's.
@@ -38,11 +41,7 @@ fn forward_part(spec: &SegmentSpec, images: Tensor<4>) -> (Ctx, Vec<Tensor<4>>) 
         return (cx, all_maps(&maps));
     };
     let cx = train_ctx(&spec.params.borrow(), &spec.forward);
-    let images = match spec.forward.compute {
-        Some(d) => images.cast(d),
-        None => images,
-    };
-    let crossing = spec.network.forward_until(seam, images, &cx, spec.forward.with_aux);
+    let crossing = spec.network.forward_until(seam, compute_input(images, &spec.forward), &cx, spec.forward.with_aux);
     (cx, crossing)
 }
 
