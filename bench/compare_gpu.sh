@@ -19,5 +19,5 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 sed "s|^path: .*|path: $PWD/.gpu/coco128|" .gpu/coco128/coco128.yaml > /tmp/coco128.yaml
 work=$(mktemp -d /tmp/compare.XXXX) # a fresh directory: a warm machine keeps /tmp
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)
-python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda --gpus "$gpus" "$@" 2>&1 | grep -v "━" | tee "$OUT/compare.txt"
+python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda --gpus "$gpus" "$@" 2>&1 | grep -v "━" | tee -a "$OUT/compare.txt" # appended: several invocations may share a call
 cp "$work"/*-compare*.json "$OUT/"
