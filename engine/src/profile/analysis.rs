@@ -304,21 +304,27 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
     let busy = m.kernels.iter().map(|k| k.dur_ms).sum::<f64>() / n_synced + 0.0;
     let kernels_per_step = m.kernels.len() as f64 / n_synced;
     let mut rows: Vec<KernelRow> = vec![];
+    // Row of each (kernel, phase): an eager step records ~25k kernels, so a linear search per
+    // kernel made the analysis quadratic (minutes for a long window).
+    let mut row_of: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
     for k in &m.kernels {
-        match rows.iter_mut().find(|r| r.raw_name == k.name && r.phase == k.phase) {
+        match row_of.get(&(k.name.as_str(), k.phase.as_str())).map(|&i| &mut rows[i]) {
             Some(r) => {
                 r.ms_per_step += k.dur_ms / n_synced;
                 r.count_per_step += 1.0 / n_synced;
             }
-            None => rows.push(KernelRow {
-                kernel: friendly(&k.name),
-                raw_name: k.name.chars().take(90).collect(),
-                category: category(&k.name).into(),
-                phase: k.phase.clone(),
-                ms_per_step: k.dur_ms / n_synced,
-                pct_of_gpu: 0.0,
-                count_per_step: 1.0 / n_synced,
-            }),
+            None => {
+                row_of.insert((k.name.as_str(), k.phase.as_str()), rows.len());
+                rows.push(KernelRow {
+                    kernel: friendly(&k.name),
+                    raw_name: k.name.chars().take(90).collect(),
+                    category: category(&k.name).into(),
+                    phase: k.phase.clone(),
+                    ms_per_step: k.dur_ms / n_synced,
+                    pct_of_gpu: 0.0,
+                    count_per_step: 1.0 / n_synced,
+                });
+            }
         }
     }
     for r in rows.iter_mut() {
@@ -466,5 +472,24 @@ mod tests {
         assert_eq!(fwd.gpu_ms_per_step, Some(10.0));
         assert_eq!(p.phases[0].phase, "dataload");
         assert_eq!(p.host_overhead_ms_per_step, 20.0);
+    }
+
+    /// Every launch of a kernel adds to one row per phase, long (fused, generic) names included:
+    /// the row keeps a shortened name, which once failed to match the next launch, so each
+    /// launch of a long-named kernel became a row of its own (and the analysis quadratic).
+    #[test]
+    fn launches_of_a_kernel_with_a_long_name_share_one_row() {
+        let long = format!("burn_cubecl_fusion::FusedKernel<{}>", "f32, ".repeat(40));
+        let kernel = |name: &str, phase: &str| KernelEvent { name: name.into(), phase: phase.into(), step: 1, start_ms: 0.0, dur_ms: 2.0 };
+        let m = Measurements {
+            steps: vec![StepRecord { index: 0, synced: true, start_ms: 0.0, dur_ms: 20.0, dataload_ms: 0.0, phases: vec![] }],
+            kernels: vec![kernel(&long, "forward"), kernel(&long, "forward"), kernel(&long, "backward"), kernel("conv", "forward")],
+            kernel_timing: Some("device".into()),
+            ..Default::default()
+        };
+        let p = analyse(Meta { batch: 8, ..Default::default() }, 0, m);
+        let rows: Vec<(&str, f64)> = p.top_kernels.iter().map(|r| (r.phase.as_str(), r.count_per_step)).collect();
+        assert_eq!(rows, vec![("forward", 2.0), ("backward", 1.0), ("forward", 1.0)], "{:?}", p.top_kernels);
+        assert!(p.top_kernels[0].raw_name.chars().count() <= 90);
     }
 }
