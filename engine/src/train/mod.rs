@@ -1,6 +1,7 @@
 //! The training engine: runs the manifest's step DAG over the dataset, epoch after epoch,
 //! with validation on the EMA weights, checkpoints, logs, plots and resume.
 
+pub mod autobatch;
 pub mod capture_plan;
 pub mod checkpoint;
 pub mod plots;
@@ -136,15 +137,19 @@ struct Datasets {
 /// and replica per GPU, gradients averaged through NCCL; see [`replica`]).
 pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> anyhow::Result<TrainSummary> {
     let datasets = prepare(loaded)?;
-    let replicas = Replica::group(resolved.devices());
-    replica::run(replicas, replica::FAILURE_GRACE, |r| train_replica(loaded, dag, resolved, &datasets, r))
+    let devices = resolved.devices();
+    // AutoBatch probes one GPU before the replicas start, as LibreYOLO does before spawning.
+    let batch = resolve_batch(loaded, datasets.nc, resolved, devices.len(), false)?;
+    let replicas = Replica::group(devices);
+    replica::run(replicas, replica::FAILURE_GRACE, |r| train_replica(loaded, dag, resolved, &datasets, batch, r))
 }
 
 /// Rank `rank` of a torchrun-style launch over `resolved`'s GPUs: this process trains on
 /// `cuda:rank`, the others are processes too (the NCCL identifier is already agreed).
 pub fn train_process(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, rank: usize) -> anyhow::Result<TrainSummary> {
     let datasets = prepare(loaded)?;
-    train_replica(loaded, dag, resolved, &datasets, Replica::process(rank, resolved.devices()))
+    let batch = resolve_batch(loaded, datasets.nc, resolved, resolved.devices().len(), true)?;
+    train_replica(loaded, dag, resolved, &datasets, batch, Replica::process(rank, resolved.devices()))
 }
 
 /// What every run needs before its replicas start: the kernel cache, Ctrl-C, the datasets.
@@ -166,7 +171,7 @@ fn prepare(loaded: &LoadedManifest) -> anyhow::Result<Datasets> {
 
 /// One replica's training: all of it alone, its shard of every batch (and, on rank 0, every
 /// side effect) in a data-parallel run.
-fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, datasets: &Datasets, replica: Replica) -> anyhow::Result<TrainSummary> {
+fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, datasets: &Datasets, batch: usize, replica: Replica) -> anyhow::Result<TrainSummary> {
     let m = &loaded.manifest;
     let main = replica.is_main();
     let world = replica.world();
@@ -181,7 +186,6 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
     params.to_device(&device);
 
     let train_ds = datasets.train.clone();
-    let batch = resolve_batch(m.run.batch, resolved)?;
     let rank_batch = crate::distributed::per_rank_batch(batch, world).map_err(anyhow::Error::msg)?;
     // Rank 0 owns the run directory; the others only learn where it is (to resume from it).
     let mut run = if main {
@@ -677,21 +681,46 @@ pub fn accumulation(nbs: Option<u32>, batch: usize) -> usize {
     nbs.map(|nbs| round_half_even(nbs as f64 / batch as f64).max(1)).unwrap_or(1)
 }
 
-/// The batch to train at: `run.batch`, or for `-1` (AutoBatch) Ultralytics' / LibreYOLO's CPU
-/// answer, 16, with a warning. AutoBatch probes GPU memory, which this build does not do yet.
-pub fn resolve_batch(batch: i64, resolved: &ResolvedDevice) -> anyhow::Result<usize> {
-    if batch > 0 {
-        return Ok(batch as usize);
+/// The global batch to train at over `world` GPUs: `run.batch`, or for `-1` AutoBatch
+/// ([`autobatch`]: one GPU probed, scaled by the GPUs within `nbs`); on the CPU LibreYOLO's
+/// answer, 16, with a warning, and where the probe fails, the same with the reason.
+/// `processes`: a torchrun-style launch, where every rank would probe on its own.
+pub fn resolve_batch(loaded: &LoadedManifest, nc: usize, resolved: &ResolvedDevice, world: usize, processes: bool) -> anyhow::Result<usize> {
+    let m = &loaded.manifest;
+    if m.run.batch > 0 {
+        return Ok(m.run.batch as usize);
     }
-    match resolved.backend {
-        crate::device::Backend::Cpu => {
-            tracing::warn!("AutoBatch (batch=-1) needs a CUDA device; using the default batch={DEFAULT_BATCH}");
-            Ok(DEFAULT_BATCH)
-        }
-        crate::device::Backend::Cuda => {
-            anyhow::bail!("AutoBatch (batch=-1) is not implemented on CUDA yet: give the batch, e.g. batch=16")
-        }
+    if resolved.backend == crate::device::Backend::Cpu {
+        tracing::warn!("AutoBatch (batch=-1) needs a CUDA device; using the default batch={DEFAULT_BATCH}");
+        return Ok(DEFAULT_BATCH);
     }
+    if processes {
+        anyhow::bail!(
+            "AutoBatch (batch=-1) under a multi-process launch (RANK/WORLD_SIZE) is not supported yet: give the global batch, e.g. batch={}",
+            DEFAULT_BATCH * world
+        );
+    }
+    let device = resolved.devices()[0].clone();
+    let ordinal = resolved.ids[0];
+    let precision = Precision::new(m, resolved.backend, &device)?;
+    let total = autobatch::total_gib(ordinal)?;
+    let per_gpu = match autobatch::probe(loaded, nc, &device, &precision, total).and_then(|points| {
+        autobatch::fit(&points, total, autobatch::FRACTION).map_err(anyhow::Error::msg)
+    }) {
+        Ok((per_gpu, raw)) => {
+            tracing::info!("AutoBatch: cuda:{ordinal} {total:.1} GiB, target {:.0}%: {per_gpu} images per GPU (fit {raw:.1})", autobatch::FRACTION * 100.0);
+            per_gpu
+        }
+        Err(e) => {
+            tracing::warn!("AutoBatch: probe failed ({e}); using the default batch={DEFAULT_BATCH}");
+            DEFAULT_BATCH
+        }
+    };
+    let batch = autobatch::global_batch(per_gpu, world, m.optim.nbs.map(|n| n as usize));
+    if world > 1 {
+        tracing::info!("AutoBatch: global batch {batch} over {world} GPUs");
+    }
+    Ok(batch)
 }
 
 
