@@ -208,7 +208,7 @@ impl TwoGraphs {
     /// stable images and targets are refreshed by the caller.
     pub fn replay(&mut self, spec: &SegmentSpec, device: &Device, targets: Tensor<3>) -> Result<SegmentOut, String> {
         let d = device.as_dispatch();
-        // Safety: every buffer the graphs touch is held by `self` (maps, upstream, gradients,
+        // Safety: every buffer the graphs touch is held by `self` (outputs, upstream, gradients,
         // statistics), by the caller (the stable inputs) or by the trainer (the parameters,
         // which outlive the graphs); the refreshes, the loss and the reads run on this thread,
         // the stream the graphs were captured on.
