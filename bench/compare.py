@@ -102,14 +102,12 @@ def our_command(args, size, batch, dtype, out, name, command=()):
             f"name={name}", "exist_ok=true", "seed=0"] + precision_args(dtype)
 
 
-def run_ours(cmd, env=None):
-    """Runs libreyolo-run; its stderr, or an error with its tail."""
+def run_ours(cmd, log, env=None):
+    """Runs libreyolo-run, keeping its stderr in `log` (what it logged, e.g. why capture fell
+    back); its stderr, or an error with its tail."""
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    name = next((a.split("=", 1)[1] for a in cmd if a.startswith("name=")), None)
-    project = next((a.split("=", 1)[1] for a in cmd if a.startswith("project=")), None)
-    if name and project and os.path.isdir(project):  # kept beside the run: what it logged, e.g. why capture fell back
-        with open(os.path.join(project, f"{name}.stderr.log"), "w") as f:
-            f.write(r.stderr)
+    with open(log, "w") as f:
+        f.write(r.stderr)
     if r.returncode != 0:
         raise RuntimeError(f"libreyolo-run failed ({r.returncode}):\n{r.stderr[-4000:]}")
     return r.stderr
@@ -129,16 +127,17 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
     # A cold run: an empty kernel cache, and an empty driver JIT cache with it.
     env = dict(os.environ, **({"LIBREYOLO_KERNEL_CACHE": kernel_cache, "CUDA_CACHE_PATH": os.path.join(kernel_cache, "nv")} if kernel_cache else {}))
     t0 = time.time()
-    stderr = run_ours(cmd, env)
+    stderr = run_ours(cmd, os.path.join(out, f"{name}.stderr.log"), env)
     wall = time.time() - t0
     p = json.load(open(os.path.join(out, name, "profile.json")))
     real, window = p["real"], p.get("window", {})
+    reason = fallback_reason(stderr)
     return {"step_ms": real["step_ms_median"] if args.isolated else real["step_ms"], "img_per_s": real["img_per_s"],
             "dataload_ms": real["dataload_ms"], "step_ms_min": real.get("step_ms_min"), "step_ms_median": real.get("step_ms_median"),
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
             "peak_memory_mb": p.get("peak_memory_mb"), "warmup_s": window.get("warmup_s"), "first_step_s": window.get("first_step_s"),
             "wall_s": wall, "captured": p["meta"]["capture"],
-            "fell_back": fallback_reason(stderr) is not None, "fallback_reason": fallback_reason(stderr)}
+            "fell_back": reason is not None, "fallback_reason": reason}
 
 
 def fallback_reason(stderr):
@@ -172,7 +171,7 @@ def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
     else:
         name = f"ours_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
         cmd = our_command(args, size, batch, dtype, out, name) + [f"epochs={epochs}", "val=false", "no_aug_epochs=0"]
-        run_ours(cmd + (OUR_MODES["whole-step graph"] if graph else []))
+        run_ours(cmd + (OUR_MODES["whole-step graph"] if graph else []), os.path.join(out, f"{name}.stderr.log"))
         column = "seconds"
     with open(os.path.join(out, name, "results.csv")) as f:
         return [float(r[column]) for r in csv.DictReader(f)]

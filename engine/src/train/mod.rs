@@ -499,19 +499,7 @@ impl Trainer<'_> {
         let mut images = 0usize;
         let mut log = EpochLosses::default();
         // The last step's losses, queued on the device and read after the next step is queued.
-        let mut pending: Option<(step::QueuedLosses, usize, f64, usize)> = None;
-        let replica = self.replica.clone();
-        let record = |(queued, step, lr, iteration): (step::QueuedLosses, usize, f64, usize), log: &mut EpochLosses| -> anyhow::Result<()> {
-            let l = queued.read(&replica);
-            if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
-                anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, step + 1, l.box_loss, l.dfl_loss, l.cls_loss);
-            }
-            log.steps.push(StepRecord { iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr });
-            log.sum.box_loss += l.box_loss;
-            log.sum.dfl_loss += l.dfl_loss;
-            log.sum.cls_loss += l.cls_loss;
-            Ok(())
-        };
+        let mut pending: Option<PendingLosses> = None;
         let started = Instant::now();
         let batches = loader.epoch(epoch as u64);
         let mut i = 0;
@@ -548,10 +536,8 @@ impl Trainer<'_> {
                 }
                 // This step's losses are queued; the previous step's are read now, after this
                 // step was queued (the host no longer waits for a step before queuing the next).
-                let queued = (step::queue_losses(loss), i, self.schedule.at(self.iteration).0, self.iteration);
-                if let Some(previous) = pending.replace(queued) {
-                    record(previous, &mut log)?;
-                }
+                let queued = PendingLosses { queued: step::queue_losses(loss), step: i, lr: self.schedule.at(self.iteration).0, iteration: self.iteration };
+                log.record(pending.replace(queued), &self.replica, epoch)?;
                 if let Some(p) = self.profiler.as_mut() {
                     p.exit();
                 }
@@ -569,9 +555,7 @@ impl Trainer<'_> {
             bar.inc(1);
             i += 1;
             if self.profiler.as_mut().map(|p| p.end_step()) == Some(profile::Progress::Done) {
-                if let Some(last) = pending.take() {
-                    record(last, &mut log)?;
-                }
+                log.record(pending.take(), &self.replica, epoch)?;
                 if self.close_profile()? {
                     bar.abandon();
                     return Ok((log.mean(), images, EpochEnd::ProfileOnly, log.steps));
@@ -579,16 +563,12 @@ impl Trainer<'_> {
             }
             self.replica.step_done();
             if self.replica.should_stop(i, STOP.load(Ordering::SeqCst)) {
-                if let Some(last) = pending.take() {
-                    record(last, &mut log)?;
-                }
+                log.record(pending.take(), &self.replica, epoch)?;
                 bar.abandon();
                 return Ok((log.mean(), images, EpochEnd::Interrupted, log.steps));
             }
         }
-        if let Some(last) = pending.take() {
-            record(last, &mut log)?;
-        }
+        log.record(pending.take(), &self.replica, epoch)?;
         bar.finish();
         Ok((log.mean(), images, EpochEnd::Complete, log.steps))
     }
@@ -723,8 +703,15 @@ pub fn resolve_batch(loaded: &LoadedManifest, nc: usize, resolved: &ResolvedDevi
     Ok(batch)
 }
 
+/// A step's losses queued on the device, with what its `steps.csv` row needs.
+struct PendingLosses {
+    queued: step::QueuedLosses,
+    step: usize,
+    lr: f64,
+    iteration: usize,
+}
 
-/// The losses of an epoch's steps, as read back.
+/// The losses of an epoch's steps, as read back (the sum kept for the progress bar's mean).
 #[derive(Default)]
 struct EpochLosses {
     sum: step::StepLosses,
@@ -732,6 +719,21 @@ struct EpochLosses {
 }
 
 impl EpochLosses {
+    /// Reads `pending`'s losses (waiting for its step; the replicas' mean), refuses a loss that
+    /// is not finite, naming its step, and adds its row.
+    fn record(&mut self, pending: Option<PendingLosses>, replica: &Replica, epoch: usize) -> anyhow::Result<()> {
+        let Some(PendingLosses { queued, step, lr, iteration }) = pending else { return Ok(()) };
+        let l = queued.read(replica);
+        if !(l.box_loss.is_finite() && l.dfl_loss.is_finite() && l.cls_loss.is_finite()) {
+            anyhow::bail!("the loss is not finite at epoch {} step {} (box {}, dfl {}, cls {})", epoch + 1, step + 1, l.box_loss, l.dfl_loss, l.cls_loss);
+        }
+        self.steps.push(StepRecord { iteration, box_loss: l.box_loss, dfl_loss: l.dfl_loss, cls_loss: l.cls_loss, lr });
+        self.sum.box_loss += l.box_loss;
+        self.sum.dfl_loss += l.dfl_loss;
+        self.sum.cls_loss += l.cls_loss;
+        Ok(())
+    }
+
     fn mean(&self) -> step::StepLosses {
         let n = self.steps.len().max(1) as f64;
         step::StepLosses { box_loss: self.sum.box_loss / n, dfl_loss: self.sum.dfl_loss / n, cls_loss: self.sum.cls_loss / n }

@@ -417,39 +417,48 @@ impl Trainer<'_> {
 mod tests {
     use super::*;
 
-    /// The segment with the update, LibreYOLO's split (as a data-parallel rank runs it), on a
-    /// YOLOv9-t at 64 px, plain SGD at lr 0.1 (no momentum, no decay) and the given `reduce`.
-    fn rank_segment(reduce: Option<Reduce>) -> (SegmentSpec, Tensor<4>, Tensor<3>) {
+    /// LibreYOLO's split of a YOLOv9-t at 64 px, f32, without an update or a reduce, with the
+    /// PGI branch (`aux_weight` 0.25) or without it; two images with one box each.
+    fn yolo9t_split(with_aux: bool) -> (SegmentSpec, Tensor<4>, Tensor<3>) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/yolo9t.toml");
-        let loaded = crate::manifest::load(&path, &["imgsz=64".into(), "model.aux_weight=0".into()]).unwrap();
+        let aux_weight = if with_aux { 0.25 } else { 0.0 };
+        let loaded = crate::manifest::load(&path, &["imgsz=64".into(), format!("model.aux_weight={aux_weight}")]).unwrap();
         let device = Device::flex();
-        let (network, params) = crate::network::build(&loaded, 80, false, &device).unwrap();
+        let (network, params) = crate::network::build(&loaded, 80, with_aux, &device).unwrap();
         let loss = super::super::yolo9_loss(&loaded.manifest, 80, &network);
-        let mut sgd = libreyolo_stages::optim::Sgd::new(0.0, false);
-        libreyolo_stages::optim::Optimizer::init_state(&mut sgd, &params);
-        let tail = StepTail {
-            optim: Rc::new(RefCell::new(Box::new(sgd))),
-            scalars: Rc::new(RefCell::new(Scalars::new([0.1, 0.0, 1.0, 1.0, 1.0], &device))),
-            ema: None,
-            clip_max_norm: 0.0,
-            require_unique: false,
-            shared: Rc::new(Cell::new(None)),
-        };
         let spec = SegmentSpec {
             network: Rc::new(network),
             params: Rc::new(RefCell::new(params)),
-            forward: ForwardSpec { compute: None, with_aux: false, replicas: vec![], sync_bn: false },
+            forward: ForwardSpec { compute: None, with_aux, replicas: vec![], sync_bn: false },
             loss,
-            aux_weight: 0.0,
+            aux_weight,
             factor: 1.0,
-            tail: Some(tail),
+            tail: None,
             split: true,
             seam: None,
-            reduce,
+            reduce: None,
         };
         let images = Tensor::<4>::random([2, 3, 64, 64], burn::tensor::Distribution::Uniform(0.0, 1.0), &device);
         let box_row = [[3.0f32, 0.2, 0.2, 0.7, 0.8]];
         let targets = Tensor::<3>::from_data(burn::tensor::TensorData::new([box_row, box_row].concat().concat().to_vec(), [2, 1, 5]), &device);
+        (spec, images, targets)
+    }
+
+    /// The segment with the update, LibreYOLO's split (as a data-parallel rank runs it), on a
+    /// YOLOv9-t at 64 px, plain SGD at lr 0.1 (no momentum, no decay) and the given `reduce`.
+    fn rank_segment(reduce: Option<Reduce>) -> (SegmentSpec, Tensor<4>, Tensor<3>) {
+        let (mut spec, images, targets) = yolo9t_split(false);
+        let mut sgd = libreyolo_stages::optim::Sgd::new(0.0, false);
+        libreyolo_stages::optim::Optimizer::init_state(&mut sgd, &spec.params.borrow());
+        spec.tail = Some(StepTail {
+            optim: Rc::new(RefCell::new(Box::new(sgd))),
+            scalars: Rc::new(RefCell::new(Scalars::new([0.1, 0.0, 1.0, 1.0, 1.0], &images.device()))),
+            ema: None,
+            clip_max_norm: 0.0,
+            require_unique: false,
+            shared: Rc::new(Cell::new(None)),
+        });
+        spec.reduce = reduce;
         (spec, images, targets)
     }
 
@@ -459,25 +468,7 @@ mod tests {
     /// its own, so sums of several branches add in another order).
     #[test]
     fn a_seam_inside_the_network_gives_the_gradients_of_the_whole_forward() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/yolo9t.toml");
-        let loaded = crate::manifest::load(&path, &["imgsz=64".into()]).unwrap();
-        let device = Device::flex();
-        let (network, params) = crate::network::build(&loaded, 80, true, &device).unwrap();
-        let loss = super::super::yolo9_loss(&loaded.manifest, 80, &network);
-        let forward = ForwardSpec { compute: None, with_aux: true, replicas: vec![], sync_bn: false };
-        let mut spec = SegmentSpec {
-            network: Rc::new(network),
-            params: Rc::new(RefCell::new(params)),
-            forward,
-            loss,
-            aux_weight: 0.25,
-            factor: 1.0,
-            tail: None,
-            split: true,
-            seam: None,
-            reduce: None,
-        };
-        let (_, images, targets) = rank_segment(None);
+        let (mut spec, images, targets) = yolo9t_split(true);
         let whole = spec.run(images.clone(), targets.clone());
         let seam = spec.network.layer_index("neck.elan_down2").unwrap();
         // Six activations cross it: three neck outputs into the main head, three backbone
