@@ -132,12 +132,25 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
     p = json.load(open(os.path.join(out, name, "profile.json")))
     real, window = p["real"], p.get("window", {})
     reason = fallback_reason(stderr)
+    kernels = kernel_breakdown(os.path.join(out, name, "profile_summary.json"))
     return {"step_ms": real["step_ms_median"] if args.isolated else real["step_ms"], "img_per_s": real["img_per_s"],
             "dataload_ms": real["dataload_ms"], "step_ms_min": real.get("step_ms_min"), "step_ms_median": real.get("step_ms_median"),
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
             "peak_memory_mb": p.get("peak_memory_mb"), "warmup_s": window.get("warmup_s"), "first_step_s": window.get("first_step_s"),
             "wall_s": wall, "captured": p["meta"]["capture"],
-            "fell_back": reason is not None, "fallback_reason": reason}
+            "fell_back": reason is not None, "fallback_reason": reason, **kernels}
+
+
+def kernel_breakdown(summary_path):
+    """Where the GPU time of a step went, from the profiler's summary: ms per step by kernel
+    category and the top kernels. Eager rows only say something here: a captured step's kernels
+    run inside graph launches, which the profiler times as one 'cuda graph replay' each."""
+    try:
+        a = json.load(open(summary_path))["analysis"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    return {"categories_ms": {c["name"]: round(c["ms_per_step"], 2) for c in a.get("categories", [])},
+            "top_kernels": [{k: t.get(k) for k in ("kernel", "phase", "category", "ms_per_step", "count_per_step")} for t in a.get("top_kernels", [])[:12]]}
 
 
 def fallback_reason(stderr):
@@ -338,6 +351,14 @@ def tables_text(result):
             warm = next((r for r in rows if r["engine"] == "libreyolo-run" and all(r[k] == c[k] for k in ("size", "dtype", "batch", "mode"))), {})
             text += (f"| libreyolo-run | {c['size']} | {c['dtype']} | {c['batch']} | {c['mode']} | {fmt(c.get('warmup_s'))} "
                      f"({fmt(c.get('first_step_s'))}) | {fmt(warm.get('warmup_s'))} ({fmt(warm.get('first_step_s'))}) |\n")
+    broken_down = [r for r in rows if r.get("categories_ms") and (r["mode"] == "eager" or r.get("fell_back"))]
+    if broken_down:
+        names = sorted({c for r in broken_down for c in r["categories_ms"]})
+        text += (f"\n\n| ours, GPU ms per step by kernel category (eager) | {' | '.join(names)} |\n"
+                 f"|---|{'---:|' * len(names)}\n")
+        for r in broken_down:
+            text += (f"| {r['size']} {r['dtype']} b{r['batch']} {r['mode']} | "
+                     f"{' | '.join(fmt(r['categories_ms'].get(n)) for n in names)} |\n")
     if tp_rows:
         ref = {(r["size"], r["dtype"], r["batch"], r["mode"]): r for r in tp_rows if r["engine"].startswith("LibreYOLO")}
         text += ("\n\n| engine | size | dtype | batch | mode | s/epoch | images/s (whole epochs) | first epoch s (warm-up) | ours / LibreYOLO images/s |\n"
