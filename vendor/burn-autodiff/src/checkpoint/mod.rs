@@ -1,0 +1,9 @@
+/// Checkpointer module
+pub mod base;
+pub(crate) mod builder;
+/// RetroForward module
+pub mod retro_forward;
+/// BackwardStates module
+pub mod state;
+/// CheckpointStrategy module
+pub mod strategy;
