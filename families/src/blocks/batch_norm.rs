@@ -105,15 +105,20 @@ fn rows_strategy() -> bool {
 /// The per-channel mean and biased variance of `x` over (N, H, W), each `[1, C, 1, 1]` in f32
 /// whatever the compute dtype: both from x in one pass each (no centred copy), so forward and
 /// backward read the activation a few times instead of a dozen (BatchNorm was most of the H200's
-/// step).
+/// step). Each statistic is one `sum_dims` over the three axes — one reduction op, which the GPU
+/// backend runs as two launches (the contiguous H*W run, then N) — not `mean_dims`, which burn
+/// expands into one `mean_dim` op per axis (three launches and three autodiff nodes a
+/// statistic; on the H200 6 of the ~15 reduction launches of each BatchNorm's training step).
 pub fn batch_stats(x: &Tensor<4>) -> (Tensor<4>, Tensor<4>) {
     let [n, c, h, w] = x.dims();
+    let count = (n * h * w) as f64;
     let xf = x.clone().cast(FloatDType::F32); // no-op in f32
     let (mean, mean_sq) = if rows_strategy() {
-        let rows = |t: Tensor<4>| t.reshape([n, c, h * w]).sum_dim(2).sum_dim(0).div_scalar((n * h * w) as f64).reshape([1, c, 1, 1]);
+        let rows = |t: Tensor<4>| t.reshape([n, c, h * w]).sum_dim(2).sum_dim(0).div_scalar(count).reshape([1, c, 1, 1]);
         (rows(xf.clone()), rows(xf.square()))
     } else {
-        (xf.clone().mean_dims(&[0, 2, 3]), xf.square().mean_dims(&[0, 2, 3]))
+        let over_nhw = |t: Tensor<4>| t.sum_dims(&[0, 2, 3]).div_scalar(count);
+        (over_nhw(xf.clone()), over_nhw(xf.square()))
     };
     let var = mean_sq.sub(mean.clone().square()).clamp_min(0.0);
     (mean, var)
@@ -128,3 +133,56 @@ pub fn normalize(x: Tensor<4>, mean: Tensor<4>, var: Tensor<4>, weight: Tensor<4
     x.mul(scale.cast(dtype)).add(shift.cast(dtype))
 }
 
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution, Tensor, TensorData};
+
+    use super::batch_stats;
+
+    /// The statistics and their gradient through the autodiff backend (one `sum_dims` node a
+    /// statistic, its gradient broadcast back as a view: vendor/README.md) against the
+    /// closed form: for `L = sum_c a_c mean_c + b_c var_c` over M = N*H*W values a channel,
+    /// `dL/dx = a_c / M + 2 b_c (x - mean_c) / M`.
+    #[test]
+    fn statistics_and_their_gradient_match_the_closed_form() {
+        let device = Device::flex();
+        let (n, c, h, w) = (3, 4, 5, 6);
+        let m = (n * h * w) as f32;
+        let x0 = Tensor::<4>::random([n, c, h, w], Distribution::Normal(0.5, 2.0), &device);
+        let x = x0.clone().autodiff().require_grad();
+        let a = Tensor::<4>::from_data(TensorData::new(vec![1.0f32, -2.0, 0.5, 3.0], [1, c, 1, 1]), &device);
+        let b = Tensor::<4>::from_data(TensorData::new(vec![0.25f32, 1.0, -1.5, 2.0], [1, c, 1, 1]), &device);
+        let (mean, var) = batch_stats(&x);
+        let loss = mean.clone().mul(a.clone().autodiff()).add(var.clone().mul(b.clone().autodiff())).sum();
+        let grad = x.grad(&loss.backward()).expect("x reaches the loss");
+
+        let xs = x0.to_data().to_vec::<f32>().unwrap();
+        let (mut want_mean, mut want_var) = (vec![0f32; c], vec![0f32; c]);
+        let at = |i: usize, ch: usize, k: usize| xs[(i * c + ch) * h * w + k];
+        for ch in 0..c {
+            let vals: Vec<f32> = (0..n).flat_map(|i| (0..h * w).map(move |k| (i, k))).map(|(i, k)| at(i, ch, k)).collect();
+            want_mean[ch] = vals.iter().sum::<f32>() / m;
+            want_var[ch] = vals.iter().map(|v| (v - want_mean[ch]).powi(2)).sum::<f32>() / m;
+        }
+        let close = |got: &[f32], want: &[f32], what: &str| {
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
+            }
+        };
+        close(&mean.inner().to_data().to_vec::<f32>().unwrap(), &want_mean, "mean");
+        close(&var.inner().to_data().to_vec::<f32>().unwrap(), &want_var, "var");
+
+        let (av, bv) = (a.to_data().to_vec::<f32>().unwrap(), b.to_data().to_vec::<f32>().unwrap());
+        let mut want_grad = vec![0f32; xs.len()];
+        for i in 0..n {
+            for ch in 0..c {
+                for k in 0..h * w {
+                    want_grad[(i * c + ch) * h * w + k] = av[ch] / m + 2.0 * bv[ch] * (at(i, ch, k) - want_mean[ch]) / m;
+                }
+            }
+        }
+        assert_eq!(grad.dims(), [n, c, h, w]);
+        close(&grad.to_data().to_vec::<f32>().unwrap(), &want_grad, "dL/dx");
+    }
+}

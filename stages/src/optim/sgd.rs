@@ -34,15 +34,18 @@ impl Optimizer for Sgd {
     }
 
     /// With zero-initialised buffers, `buf = momentum * buf + g` is `g` at the first step,
-    /// exactly torch's `buf = g`.
+    /// exactly torch's `buf = g`. Both new values are computed before either is written, so the
+    /// GPU backend fuses a parameter's whole update into one kernel (writing the buffer first
+    /// split it in two around the copy).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         for (id, grad) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
             let g = if wd > 0.0 { grad.add(flat(store, id).mul_scalar(wd)) } else { grad };
             let buf = self.buffers.entry(id).or_insert_with(|| g.zeros_like());
-            update_in_place(buf, store.stable_buffers(), |b| b.mul(s.momentum.clone()).add(g.clone()));
-            let g = if self.nesterov { g.add(buf.clone().mul(s.momentum.clone())) } else { buf.clone() };
-            update_param(store, id, |p| p.sub(g.mul(s.lr.clone())));
+            let new_buf = buf.clone().mul(s.momentum.clone()).add(g.clone());
+            let step = if self.nesterov { g.add(new_buf.clone().mul(s.momentum.clone())) } else { new_buf.clone() };
+            update_param(store, id, |p| p.sub(step.mul(s.lr.clone())));
+            update_in_place(buf, store.stable_buffers(), |_| new_buf);
         }
     }
 

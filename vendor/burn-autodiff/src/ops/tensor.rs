@@ -2653,13 +2653,12 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
             ) {
                 let (shape, dim) = ops.state;
 
+                // libreyolo-run patch: the gradient broadcast back as a view (`expand`, no
+                // kernel) and scaled, instead of `ones(shape) * sum_dim(grad)` (a fill, a
+                // reduction over a length-one axis and a broadcast multiply per node).
                 unary::<B, _>(ops.parents, ops.node, grads, |grad| {
                     let val = 1_f64 / shape[dim] as f64;
-                    let ones = B::float_ones(shape, &grad.device(), grad.dtype().into());
-                    let val = B::float_mul_scalar(ones, val.into());
-
-                    let grad = B::float_sum_dim(grad, dim);
-                    B::float_mul(val, grad)
+                    B::float_mul_scalar(B::float_expand(grad, shape), val.into())
                 });
             }
         }
@@ -2692,12 +2691,9 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
             ) {
                 let (shape, dim) = ops.state;
 
-                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-                    let ones = B::float_ones(shape, &grad.device(), grad.dtype().into());
-                    let grad = B::float_sum_dim(grad, dim);
-
-                    B::float_mul(ones, grad)
-                });
+                // libreyolo-run patch: the gradient broadcast back as a view (see MeanDim).
+                let _ = dim;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
             }
         }
 
@@ -2711,6 +2707,41 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 B::float_sum_dim(tensor.primitive, dim),
             ),
             OpsKind::UnTracked(prep) => prep.finish(B::float_sum_dim(tensor.primitive, dim)),
+        }
+    }
+
+    /// libreyolo-run patch: one node for a sum over several axes. The default (one `sum_dim`
+    /// node per axis) launched a reduction per axis forward and three kernels per axis backward;
+    /// this one hands the axes to the inner backend's multi-axis reduction (which folds the
+    /// axes that are contiguous in memory) and broadcasts the gradient back as a view.
+    fn float_sum_dims(tensor: FloatTensor<Self>, dims: &[usize]) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct SumDims;
+
+        impl<B: Backend> Backward<B, 1> for SumDims {
+            type State = Shape;
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 1>,
+                grads: &mut Gradients,
+                _checkpointer: &mut Checkpointer,
+            ) {
+                let shape = ops.state;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
+            }
+        }
+
+        match SumDims
+            .prepare::<C>([tensor.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(
+                tensor.primitive.shape(),
+                B::float_sum_dims(tensor.primitive, dims),
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(B::float_sum_dims(tensor.primitive, dims)),
         }
     }
 
