@@ -78,6 +78,14 @@ remote)
     for log in autotune-decisions.jsonl compilations.log; do
         [ -f "$LIBREYOLO_KERNEL_CACHE/$log" ] && xz -c "$LIBREYOLO_KERNEL_CACHE/$log" > "$OUT/$log.xz"
     done
+    # A call returns at most 8 files and drops the rest (2026-12-01: the kernel cache and
+    # steps.log were lost that way): beyond 4 files of the steps' own, they travel as one tar.
+    own=$(cd "$OUT" && ls -A | grep -v -x -e steps.log -e autotune-decisions.jsonl.xz -e compilations.log.xz || true)
+    if [ "$(printf '%s' "$own" | grep -c .)" -gt 4 ]; then
+        # shellcheck disable=SC2086 # one name a line, none with spaces (our own outputs)
+        (cd "$OUT" && tar -cf outputs.tar $own && rm -rf $own)
+        echo "[gpu.sh] the steps' $(printf '%s\n' "$own" | grep -c .) outputs bundled into outputs.tar"
+    fi
     if [ "${SAVE_CACHE:-1}" = 1 ]; then
         tar -cJf /tmp/kernels.tar.xz --exclude=./nv-compute-cache -C "$LIBREYOLO_KERNEL_CACHE" .
         size=$(stat -c %s /tmp/kernels.tar.xz)
