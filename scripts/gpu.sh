@@ -81,10 +81,11 @@ remote)
     # A call returns at most 8 files and drops the rest (2026-12-01: the kernel cache and
     # steps.log were lost that way): beyond 4 files of the steps' own, they travel as one tar.
     own=$(cd "$OUT" && ls -A | grep -v -x -e steps.log -e autotune-decisions.jsonl.xz -e compilations.log.xz || true)
-    if [ "$(printf '%s' "$own" | grep -c .)" -gt 4 ]; then
+    count=$(printf '%s' "$own" | grep -c . || true)
+    if [ "$count" -gt 4 ]; then
         # shellcheck disable=SC2086 # one name a line, none with spaces (our own outputs)
         (cd "$OUT" && tar -cf outputs.tar $own && rm -rf $own)
-        echo "[gpu.sh] the steps' $(printf '%s\n' "$own" | grep -c .) outputs bundled into outputs.tar"
+        echo "[gpu.sh] the steps' $count outputs bundled into outputs.tar"
     fi
     if [ "${SAVE_CACHE:-1}" = 1 ]; then
         tar -cJf /tmp/kernels.tar.xz --exclude=./nv-compute-cache -C "$LIBREYOLO_KERNEL_CACHE" .
