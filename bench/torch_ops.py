@@ -58,6 +58,34 @@ def timed(fn, device, warmup, iters, reps):
     return statistics.mean(samples), first
 
 
+def timed_graph(fn, device, warmup, iters, reps):
+    """As `timed`, but `reps` calls of fn are captured as one CUDA graph and each timed run is a
+    replay: the kernels' GPU time without the host's launch cost (libreyolo-run's `--graph`)."""
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    first = time.perf_counter() - t0
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # PyTorch's capture recipe: warm up on a side stream
+        for _ in range(max(warmup, 3)):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    sync(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    sync(device)
+    samples = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        graph.replay()
+        sync(device)
+        samples.append((time.perf_counter() - t) * 1e3 / reps)
+    return statistics.mean(samples), first
+
+
 def make_op(spec, dtype, device):
     r = lambda *shape: torch.rand(*shape, device=device, dtype=dtype) * 2 - 1  # noqa: E731
     op = spec["op"]
@@ -94,7 +122,7 @@ def make_op(spec, dtype, device):
     raise ValueError(f"unknown op {op}")
 
 
-def network_rows(batch, imgsz, dtype_name, device, warmup, iters):
+def network_rows(batch, imgsz, dtype_name, device, warmup, iters, timer):
     """YOLOv9-t (LibreYOLO, random init) forward and forward+backward, when LibreYOLO is there."""
     try:
         from libreyolo import LibreYOLO9
@@ -105,18 +133,26 @@ def network_rows(batch, imgsz, dtype_name, device, warmup, iters):
     x = torch.rand(batch, 3, imgsz, imgsz, device=device)
     rows = []
     model.eval()
-    with torch.no_grad(), torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype != torch.float32):
-        ms, first = timed(lambda: model(x), device, warmup, iters, 1)
+    # cache_enabled=False: autocast's weight-cast cache cannot live across a graph capture.
+    amp = lambda: torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype != torch.float32, cache_enabled=False)  # noqa: E731
+
+    def forward():
+        with torch.no_grad(), amp():
+            return model(x)
+
+    ms, first = timer(forward, device, warmup, iters, 1)
     rows.append({"category": "network forward (eval)", "dtype": OURS_NAME[dtype_name], "torch_ms": ms, "launches": 1, "first_s": first})
     model.train()
 
-    def step():
-        with torch.autocast(device.split(":")[0], dtype=dtype, enabled=dtype != torch.float32):
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step():  # gradients returned, not accumulated into .grad: the same work, capturable
+        with amp():
             out = model(x)
         leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-        sum(t.float().mean() for t in leaves).backward()
+        return torch.autograd.grad(sum(t.float().mean() for t in leaves), params, allow_unused=True)
 
-    ms, first = timed(step, device, warmup, iters, 1)
+    ms, first = timer(step, device, warmup, iters, 1)
     rows.append({"category": "network forward+backward", "dtype": OURS_NAME[dtype_name], "torch_ms": ms, "launches": 1, "first_s": first})
     return rows
 
@@ -130,16 +166,18 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--graph", action="store_true", help="time replays of each op captured as a CUDA graph (libreyolo-run bench --graph)")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark (PyTorch's default is off)")
     a = ap.parse_args()
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
     spec = json.load(open(a.spec))
     reps = spec.get("reps", 10)
+    timer = timed_graph if a.graph and a.device.startswith("cuda") else timed
     timings = []
     for dn in a.dtypes.split(","):
         for i, o in enumerate(spec["ops"]):
             fn = make_op(o["spec"], DTYPES[dn], a.device)
-            ms, first = timed(fn, a.device, a.warmup, a.iters, reps)
+            ms, first = timer(fn, a.device, a.warmup, a.iters, reps)
             timings.append({"spec": o["spec"], "count": o["count"], "dtype": OURS_NAME[dn], "ms": ms, "first_s": first})
             print(f"[{i + 1}/{len(spec['ops'])}] {CATEGORY[o['spec']['op']]} {dn}: {ms:.4f} ms", flush=True)
     # Per-category totals per training step.
@@ -151,7 +189,7 @@ def main():
         r["launches"] += t["count"]
     table = list(rows.values())
     for dn in a.dtypes.split(","):
-        table += network_rows(spec["batch"], spec["imgsz"], dn, a.device, a.warmup, a.iters)
+        table += network_rows(spec["batch"], spec["imgsz"], dn, a.device, a.warmup, a.iters, timer)
     if a.ours:
         ours = json.load(open(a.ours))
         mine = {}
@@ -167,7 +205,8 @@ def main():
         for (cat, dt), ms in mine.items():
             if (cat, dt) not in seen:  # e.g. the whole network when LibreYOLO is not installed
                 table.append({"category": cat, "dtype": dt, "launches": 1, "torch_ms": None, "ours_ms": ms, "ratio": None})
-    print(f"\nYOLOv9-t training-step ops, batch {spec['batch']}, {spec['imgsz']} px, {a.device} ({torch.__version__}): ms per step\n")
+    how = "replayed CUDA graphs" if timer is timed_graph else "eager launches"
+    print(f"\nYOLOv9-t training-step ops, batch {spec['batch']}, {spec['imgsz']} px, {a.device} ({torch.__version__}), {how}: ms per step\n")
     print("| op | dtype | launches/step | libreyolo-run ms | PyTorch ms | ratio |")
     print("|---|---|---:|---:|---:|---:|")
     for r in table:
@@ -177,7 +216,7 @@ def main():
         print(f"| {r['category']} | {r['dtype']} | {r['launches']} | {ours_ms} | {torch_ms} | {ratio} |")
     if a.out:
         json.dump({"device": a.device, "torch": torch.__version__, "batch": spec["batch"], "imgsz": spec["imgsz"],
-                   "cudnn_benchmark": a.cudnn_benchmark, "table": table, "torch_ops": timings}, open(a.out, "w"), indent=1)
+                   "cudnn_benchmark": a.cudnn_benchmark, "timing": timer.__name__, "table": table, "torch_ops": timings}, open(a.out, "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ remote)
     # A call returns at most 8 files and drops the rest (2026-12-01: the kernel cache and
     # steps.log were lost that way): beyond 4 files of the steps' own, they travel as one tar.
     own=$(cd "$OUT" && ls -A | grep -v -x -e steps.log -e autotune-decisions.jsonl.xz -e compilations.log.xz || true)
-    count=$(printf '%s' "$own" | grep -c . || true)
+    # Files, not entries: a step's output folder counts for every file in it.
+    count=$(cd "$OUT" && find . -type f ! -path ./steps.log ! -path ./autotune-decisions.jsonl.xz ! -path ./compilations.log.xz | grep -c . || true)
     if [ "$count" -gt 4 ]; then
         # shellcheck disable=SC2086 # one name a line, none with spaces (our own outputs)
         (cd "$OUT" && tar -cf outputs.tar $own && rm -rf $own)

@@ -3,7 +3,7 @@
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
 use libreyolo_families::{Ctx, Network, ParamStore};
 
-use super::{Timing, time};
+use super::{Timer, Timing};
 
 pub struct NetworkBench {
     pub batch: usize,
@@ -14,6 +14,8 @@ pub struct NetworkBench {
     pub iters: usize,
     /// Also time the training forward+backward.
     pub train: bool,
+    /// Time replays of each run captured as a CUDA graph (`bench --graph`).
+    pub graph: bool,
 }
 
 pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &Device) -> Vec<Timing> {
@@ -22,14 +24,15 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &
     params.cast(cfg.dtype);
     let images = Tensor::<4>::random([cfg.batch, 3, cfg.height, cfg.width], Distribution::Uniform(0.0, 1.0), device).cast(cfg.dtype);
     let tag = format!("b{} {}x{} {:?}", cfg.batch, cfg.height, cfg.width, cfg.dtype);
+    let timer = Timer { device, warmup: cfg.warmup, iters: cfg.iters, graph: cfg.graph };
     let eval = Ctx::eval(&params);
     // Inference fusion (what predict runs): the folding happens in the first run.
     let fused = Ctx::eval_fused(&params, None);
     let forward = || {
-        let plain = time(&format!("forward (eval) {tag}"), device, cfg.warmup, cfg.iters, || {
+        let plain = timer.time(&format!("forward (eval) {tag}"), || {
             network.forward(images.clone(), &eval, false).main
         });
-        let folded = time(&format!("forward (eval, fused) {tag}"), device, cfg.warmup, cfg.iters, || {
+        let folded = timer.time(&format!("forward (eval, fused) {tag}"), || {
             network.forward(images.clone(), &fused, false).main
         });
         [plain, folded]
@@ -40,7 +43,7 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &
     // The training step first: its convolution forwards have the eval forward's shapes, so the
     // eval forward then finds them tuned, and a run cut short by a time limit has spent its
     // warm-up on the costlier direction (input and weight gradients).
-    let train = time(&format!("forward+backward (train) {tag}"), device, cfg.warmup, cfg.iters, || {
+    let train = timer.time(&format!("forward+backward (train) {tag}"), || {
         let cx = Ctx::train(&params);
         let maps = network.forward(images.clone(), &cx, false).main;
         let loss = maps.into_iter().map(|m| m.mean()).reduce(|a, b| a.add(b)).expect("three maps");

@@ -14,7 +14,7 @@ use libreyolo_families::blocks::ConvShape;
 use libreyolo_families::{Ctx, Network, ParamStore, TracedOp};
 use serde::{Deserialize, Serialize};
 
-use super::time;
+use super::Timer;
 
 /// One op to time, in the shape it has in the network at the bench's batch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -74,7 +74,7 @@ pub struct OpCount {
     pub count: usize,
 }
 
-fn conv_output(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize) -> [usize; 4] {
+pub(crate) fn conv_output(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize) -> [usize; 4] {
     let out = |d: usize| (d + 2 * padding - k) / stride + 1;
     [input[0], c_out, out(input[2]), out(input[3])]
 }
@@ -156,8 +156,9 @@ fn batch_norm_train(x: Tensor<4>) -> Tensor<4> {
     normalize(x, mean, var, Tensor::<4>::ones([1, c, 1, 1], &device), Tensor::<4>::zeros([1, c, 1, 1], &device))
 }
 
-/// Times every op of `ops` in `dtype` on `device`.
-pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device, warmup: usize, iters: usize) -> Vec<OpTiming> {
+/// Times every op of `ops` in `dtype` on the timer's device.
+pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
+    let device = timer.device;
     let mut out = vec![];
     for (i, OpCount { spec, count }) in ops.iter().enumerate() {
         let name = format!("[{}/{}] {dtype:?} x{count} {spec:?}", i + 1, ops.len());
@@ -167,14 +168,14 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device, warmup: usize, i
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
                 let b = bias.then(|| Tensor::<1>::zeros([*c_out], device).cast(dtype));
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
-                time(&name, device, warmup, iters, || (0..REPS).map(|_| conv2d(x.clone(), w.clone(), b.clone(), o.clone())).last())
+                timer.time(&name, || (0..REPS).map(|_| conv2d(x.clone(), w.clone(), b.clone(), o.clone())).last())
             }
             OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups } => {
                 let x = rand(*input, dtype, device);
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
                 let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
-                time(&name, device, warmup, iters, || {
+                timer.time(&name, || {
                     (0..REPS)
                         .map(|_| {
                             Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(
@@ -192,13 +193,13 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device, warmup: usize, i
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
                 let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
-                time(&name, device, warmup, iters, || (0..REPS).map(|_| conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())).last())
+                timer.time(&name, || (0..REPS).map(|_| conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())).last())
             }
             OpSpec::BatchNormFwdBwd { input } | OpSpec::SiluFwdBwd { input } => {
                 let x = rand(*input, dtype, device);
                 let g = rand(*input, dtype, device);
                 let bn = matches!(spec, OpSpec::BatchNormFwdBwd { .. });
-                time(&name, device, warmup, iters, || {
+                timer.time(&name, || {
                     (0..REPS)
                         .map(|_| {
                             let leaf = x.clone().autodiff().require_grad();
@@ -212,21 +213,21 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device, warmup: usize, i
             OpSpec::MaxPool { input, k, stride, padding } => {
                 let x = rand(*input, dtype, device);
                 let o = MaxPoolOptions::new([*k; 2]).with_stride([*stride; 2]).with_padding([*padding; 2]);
-                time(&name, device, warmup, iters, || (0..REPS).map(|_| max_pool2d(x.clone(), o.clone())).last())
+                timer.time(&name, || (0..REPS).map(|_| max_pool2d(x.clone(), o.clone())).last())
             }
             OpSpec::AvgPool { input, k, stride, padding } => {
                 let x = rand(*input, dtype, device);
                 let o = AvgPoolOptions::new([*k; 2]).with_stride([*stride; 2]).with_padding([*padding; 2]).with_count_include_pad(true);
-                time(&name, device, warmup, iters, || (0..REPS).map(|_| avg_pool2d(x.clone(), o.clone())).last())
+                timer.time(&name, || (0..REPS).map(|_| avg_pool2d(x.clone(), o.clone())).last())
             }
             OpSpec::Upsample { input, scale } => {
                 let x = rand(*input, dtype, device);
                 let o = InterpolateOptions::new(InterpolateMode::Nearest).with_scale_factor([*scale as f32; 2]);
-                time(&name, device, warmup, iters, || (0..REPS).map(|_| interpolate(x.clone(), o.clone())).last())
+                timer.time(&name, || (0..REPS).map(|_| interpolate(x.clone(), o.clone())).last())
             }
             OpSpec::Concat { inputs } => {
                 let xs: Vec<Tensor<4>> = inputs.iter().map(|d| rand(*d, dtype, device)).collect();
-                time(&name, device, warmup, iters, || (0..REPS).map(|_| Tensor::cat(xs.clone(), 1)).last())
+                timer.time(&name, || (0..REPS).map(|_| Tensor::cat(xs.clone(), 1)).last())
             }
         };
         out.push(OpTiming { spec: spec.clone(), count: *count, dtype: format!("{dtype:?}"), ms: timing.mean_ms / REPS as f64, first_s: timing.first_s });

@@ -24,6 +24,10 @@ pub struct BenchArgs {
     warmup: usize,
     #[arg(long, default_value_t = 20, global = true)]
     iters: usize,
+    /// Time each run as the replay of a captured CUDA graph: the kernels' GPU time without the
+    /// host's launch cost, as in a captured training step (`network` and `ops`).
+    #[arg(long, global = true)]
+    graph: bool,
     /// Also write the figures as JSON here.
     #[arg(long, value_name = "FILE", global = true)]
     json: Option<PathBuf>,
@@ -57,6 +61,10 @@ enum BenchWhat {
         /// `batchnorm`, `silu`, `max-pool`, `avg-pool`, `upsample`, `concat`), and no network row.
         #[arg(long, value_delimiter = ',', value_name = "KIND")]
         only: Vec<String>,
+        /// Check the device's convolution weight gradients at these shapes against the CPU in
+        /// f32 instead of timing (fails when one is out of tolerance).
+        #[arg(long)]
+        check: bool,
     },
     /// The YOLOv9 loss, eager and inside a captured CUDA graph.
     Loss {
@@ -108,7 +116,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             bench::print_table(&format!("network ({})", manifest.display()), &rows);
             rows
         }
-        BenchWhat::Ops { manifest, dtype, spec, only } => {
+        BenchWhat::Ops { manifest, dtype, spec, only, check } => {
             let loaded = crate::manifest::load(manifest, &[])?;
             let with_aux = loaded.manifest.model.aux_weight > 0.0;
             let (network, params) = crate::network::build(&loaded, 80, with_aux, &burn::tensor::Device::flex())?;
@@ -128,10 +136,31 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 println!("wrote {} ({} unique ops)", path.display(), ops.len());
                 return Ok(());
             }
+            if *check {
+                let rows: Vec<_> = dtype.iter().flat_map(|d| bench::conv_check::run(&ops, (*d).into(), &dev)).collect();
+                println!("\nconvolution weight gradients on {} against the CPU in f32 (b{} {}px)\n", device.describe(), args.batch, args.imgsz);
+                println!("| dtype | shapes | passed | worst error / max magnitude | tolerance |");
+                println!("|---|---:|---:|---:|---:|");
+                for d in dtype {
+                    let of: Vec<_> = rows.iter().filter(|r| r.dtype == format!("{:?}", FloatDType::from(*d))).collect();
+                    let worst = of.iter().map(|r| r.max_abs_err / r.max_ref.max(f32::MIN_POSITIVE)).fold(0.0f32, f32::max);
+                    let tol = of.first().map(|r| r.tolerance).unwrap_or(f32::NAN);
+                    println!("| {:?} | {} | {} | {worst:.2e} | {tol:.0e} |", FloatDType::from(*d), of.len(), of.iter().filter(|r| r.pass).count());
+                }
+                if let Some(path) = &args.json {
+                    let report = serde_json::json!({"device": device.describe(), "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "checks": rows});
+                    std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+                }
+                let failed = rows.iter().filter(|r| !r.pass).count();
+                if failed > 0 {
+                    return Err(anyhow::anyhow!("{failed} of {} weight gradients out of tolerance", rows.len()).into());
+                }
+                return Ok(());
+            }
             let mut all = vec![];
             let mut network_rows = vec![];
             for d in dtype {
-                all.extend(bench::ops::run(&ops, (*d).into(), &dev, args.warmup, args.iters));
+                all.extend(bench::ops::run(&ops, (*d).into(), &bench::Timer { device: &dev, warmup: args.warmup, iters: args.iters, graph: args.graph }));
                 if !only.is_empty() {
                     continue;
                 }
@@ -153,7 +182,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 println!("| {} | {} | 1 | {:.3} |", r["category"].as_str().unwrap_or(""), r["dtype"].as_str().unwrap_or(""), r["ms"].as_f64().unwrap_or(f64::NAN));
             }
             if let Some(path) = &args.json {
-                let report = serde_json::json!({"device": device.describe(), "kernel_cache": kernel_cache, "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "ops": all, "network": network_rows});
+                let report = serde_json::json!({"device": device.describe(), "kernel_cache": kernel_cache, "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "graph": args.graph, "ops": all, "network": network_rows});
                 std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
             }
             return Ok(());
@@ -192,5 +221,6 @@ fn network_bench(args: &BenchArgs, d: Dtype, train: bool) -> bench::network::Net
         warmup: args.warmup,
         iters: args.iters,
         train,
+        graph: args.graph,
     }
 }

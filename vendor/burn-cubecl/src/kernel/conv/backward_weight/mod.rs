@@ -1,5 +1,6 @@
 pub mod fallback;
 pub mod implicit_gemm;
+pub mod split_k;
 
 #[cfg(feature = "autotune")]
 pub mod tune;

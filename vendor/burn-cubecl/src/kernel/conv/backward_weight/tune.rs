@@ -12,7 +12,7 @@ use crate::{
     kernel::conv::{
         selection::{self, Role, candidate},
         ConvAutotuneKey,
-        backward_weight::{fallback::conv_weight_backward_fallback, implicit_gemm::*},
+        backward_weight::{fallback::conv_weight_backward_fallback, implicit_gemm::*, split_k::wgrad_split_k},
         im2col::{wgrad_im2col, wgrad_im2col_1x1, wgrad_im2col_1x1_split},
     },
     tensor::CubeTensor,
@@ -36,9 +36,16 @@ pub fn wgrad_autotune<const N: usize>(
             create_wgrad_input::<N>,
             // The contraction of a weight gradient (batch x height x width) dwarfs its output;
             // the implicit-GEMM kernels do not split it and ran 5-150 ms per early layer on the
-            // H200 (1 s per YOLOv9-t step), where the split im2col matmul does not.
-            &["wgrad_im2col_1x1_split", "wgrad_im2col"],
+            // H200 (1 s per YOLOv9-t step). The split im2col matmul does, but its batched matmul
+            // was still 9x cuDNN (76 ms a YOLOv9-t step at b16); the split-K kernel gathers the
+            // columns itself and gives every cube a slice of the contraction.
+            &["wgrad_split_k", "wgrad_im2col_1x1_split", "wgrad_im2col"],
             vec![
+            candidate(
+                "wgrad_split_k",
+                Role::Primary,
+                |(input, grad, shape, options)| wgrad_split_k::<N>(input, grad, shape, options),
+            ),
             candidate(
                 "wgrad_fallback",
                 Role::Fallback,
