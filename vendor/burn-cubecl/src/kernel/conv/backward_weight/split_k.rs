@@ -9,9 +9,10 @@
 //! On the H200 that made YOLOv9-t's weight gradients 76 ms a training step at batch 16 against
 //! cuDNN's 8.5 ms.
 //!
-//! Here a cube owns a 32 x 64 tile of the output and one slice of the contraction: it stages 32
-//! rows of the gradient and of the (never materialised) columns in shared memory, gathering the
-//! columns straight from the input, and accumulates in f32 registers, 2 x 4 outputs a unit. Each
+//! Here a cube owns a (16, 32 or 64) x 64 tile of the output and one slice of the contraction:
+//! it stages 32 rows of the gradient and of the (never materialised) columns in shared memory,
+//! gathering the columns straight from the input, and accumulates in f32 registers, up to 4 x 4
+//! outputs a unit. Each
 //! slice writes its partial tile to `[splits, c_out, J]` in f32, and one reduction over the
 //! slices sums them in a fixed order: the result does not depend on which cube finishes first.
 
@@ -31,18 +32,44 @@ use crate::{
     tensor::CubeTensor,
 };
 
-/// Output channels of a cube's tile (16 rows of units, 2 channels each).
-const TILE_CO: usize = 32;
+/// Units of a cube along each axis.
+const UNITS: usize = 16;
 /// Columns `(kh, kw, ci)` of a cube's tile (16 units across, 4 columns each).
 const TILE_J: usize = 64;
 /// Contraction rows staged in shared memory at a time.
 const ROWS: usize = 32;
-/// Units of a cube along each axis.
-const UNITS: usize = 16;
 /// About how many cubes to launch: a few per streaming multiprocessor on current GPUs.
 const TARGET_CUBES: usize = 1024;
 /// The shortest slice of the contraction worth a cube of its own.
 const MIN_ROWS_PER_SPLIT: usize = 256;
+/// Overrides both for experiments: `BURN_WGRAD_SPLIT_K=TARGET_CUBES,MIN_ROWS_PER_SPLIT`.
+const SPLIT_ENV: &str = "BURN_WGRAD_SPLIT_K";
+
+/// The split's two knobs, from [`SPLIT_ENV`] when it is set and well formed.
+fn split_knobs() -> (usize, usize) {
+    static KNOBS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *KNOBS.get_or_init(|| {
+        let parsed = std::env::var(SPLIT_ENV).ok().and_then(|v| {
+            let (cubes, rows) = v.split_once(',')?;
+            Some((cubes.trim().parse().ok()?, rows.trim().parse().ok()?))
+        });
+        match parsed {
+            Some((cubes, rows)) if cubes > 0 && rows > 0 => (cubes, rows),
+            _ => (TARGET_CUBES, MIN_ROWS_PER_SPLIT),
+        }
+    })
+}
+
+/// Output channels a unit computes (`16 * co_per_unit` a cube): as few as fill `c_out`, so a
+/// 16-channel layer does not pay for a 64-channel tile, and up to 4, which halves the
+/// shared-memory reads per multiply-add against 1.
+fn co_per_unit(c_out: usize) -> usize {
+    match c_out {
+        0..=16 => 1,
+        17..=32 => 2,
+        _ => 4,
+    }
+}
 
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -52,6 +79,9 @@ fn wgrad_split_k_kernel<E: Float>(
     partials: &mut Tensor<f32>, // [splits, C_out, J]; rows may be pitched
     shape: Sequence<u32>,       // in_h, in_w, c_in, out_h, out_w, c_out, k_w, rows, rows_per_split
     conv: Sequence<u32>,        // stride_h, stride_w, pad_h, pad_w, dil_h, dil_w
+    #[comptime] rm: usize,
+    #[comptime] cols_by_row: bool,
+    #[comptime] grad_by_row: bool,
     #[define(E)] _dtype: ElemType,
 ) {
     let in_h = shape[0] as usize;
@@ -73,87 +103,131 @@ fn wgrad_split_k_kernel<E: Float>(
     let p_split = partials.stride(0);
     let p_co = partials.stride(1);
     let p_j = partials.stride(2);
+    let tile_co = comptime!(UNITS * rm);
 
     let tx = UNIT_POS_X as usize;
     let ty = UNIT_POS_Y as usize;
     let unit = ty * UNITS + tx;
     let j0 = CUBE_POS_X as usize * TILE_J;
-    let co0 = CUBE_POS_Y as usize * TILE_CO;
+    let co0 = CUBE_POS_Y as usize * tile_co;
     let split = CUBE_POS_Z as usize;
     let row_begin = split * rows_per_split;
     let row_end = select(row_begin + rows_per_split < rows, row_begin + rows_per_split, rows);
 
-    // [row][co] and [row][j] of the current stage.
-    let mut grad_stage = Shared::<[f32]>::new_slice(ROWS * TILE_CO);
-    let mut col_stage = Shared::<[f32]>::new_slice(ROWS * TILE_J);
+    // [row][co] and [row][j] of the current stage, each row one longer than the tile so that
+    // a column (the by-row loads) falls in distinct banks too.
+    let grad_pitch = comptime!(UNITS * rm + 1);
+    let col_pitch = comptime!(TILE_J + 1);
+    let mut grad_stage = Shared::<[f32]>::new_slice(comptime!(ROWS * (UNITS * rm + 1)));
+    let mut col_stage = Shared::<[f32]>::new_slice(comptime!(ROWS * (TILE_J + 1)));
+    // Where each row of the stage reads: its image's offset, its first input row and column
+    // (before the tap and the padding; past the image for a row beyond the slice), and its
+    // gradient's offset (or 0 with `row_ok` 0).
+    let mut row_image = Shared::<[u32]>::new_slice(ROWS);
+    let mut row_h = Shared::<[u32]>::new_slice(ROWS);
+    let mut row_w = Shared::<[u32]>::new_slice(ROWS);
+    let mut row_grad = Shared::<[u32]>::new_slice(ROWS);
+    let mut row_ok = Shared::<[u32]>::new_slice(ROWS);
 
-    // The column this unit gathers for every stage: fixed, so its tap and channel are too.
-    let load_j = unit % TILE_J;
-    let j = j0 + load_j;
-    let j_ok = j < j_total;
-    let tap = j / c_in;
-    let ci = j % c_in;
-    let h_shift = (tap / k_w) * dil_h;
-    let w_shift = (tap % k_w) * dil_w;
-    // The gradient channel this unit loads for every stage.
-    let load_co = unit % TILE_CO;
-    let g_co = co0 + load_co;
-    let g_ok = g_co < c_out;
-
-    let mut acc = Array::<f32>::new(8usize);
+    // The columns this unit gathers at every stage are fixed, so their taps and channels are
+    // too. Neighbouring units take neighbouring channels where the channels are contiguous
+    // (NHWC), else neighbouring rows (pixels) of one column, so that loads coalesce either way.
+    let (in_s1, in_s2, in_s3) = (input.stride(1), input.stride(2), input.stride(3));
+    let col_loads = comptime!(ROWS * TILE_J / (UNITS * UNITS));
+    let mut load_col = Array::<u32>::new(col_loads);
+    let mut load_row = Array::<u32>::new(col_loads);
+    let mut h_shift = Array::<u32>::new(col_loads);
+    let mut w_shift = Array::<u32>::new(col_loads);
+    let mut ci_offset = Array::<u32>::new(col_loads);
+    let mut j_ok = Array::<u32>::new(col_loads);
     #[unroll]
-    for i in 0..8 {
+    for i in 0..col_loads {
+        let mut jl = unit % TILE_J;
+        let mut r = unit / TILE_J + i * (UNITS * UNITS / TILE_J);
+        if cols_by_row {
+            jl = unit / ROWS + i * (UNITS * UNITS / ROWS);
+            r = unit % ROWS;
+        }
+        let j = j0 + jl;
+        let tap = j / c_in;
+        load_col[i] = jl as u32;
+        load_row[i] = r as u32;
+        h_shift[i] = ((tap / k_w) * dil_h) as u32;
+        w_shift[i] = ((tap % k_w) * dil_w) as u32;
+        ci_offset[i] = ((j % c_in) * in_s3) as u32;
+        j_ok[i] = select(j < j_total, 1u32, 0u32);
+    }
+    // The gradient values likewise: neighbouring channels, or neighbouring rows.
+    let grad_loads = comptime!(ROWS * UNITS * rm / (UNITS * UNITS));
+    let g_s3 = out_grad.stride(3);
+
+    let mut acc = Array::<f32>::new(comptime!(rm * 4));
+    #[unroll]
+    for i in 0..comptime!(rm * 4) {
         acc[i] = 0.0f32;
     }
 
     let mut row0 = row_begin;
     while row0 < row_end {
-        // Gather ROWS x TILE_J columns: unit `unit` fills rows unit / TILE_J + 4 i.
-        #[unroll]
-        for i in 0..(ROWS * TILE_J / (UNITS * UNITS)) {
-            let r = unit / TILE_J + i * (UNITS * UNITS / TILE_J);
-            let m = row0 + r;
-            let mut v = 0.0f32;
-            if j_ok && m < row_end {
-                let ow = m % out_w;
-                let rest = m / out_w;
-                let oh = rest % out_h;
-                let n = rest / out_h;
-                let ih = oh * stride_h + h_shift;
-                let iw = ow * stride_w + w_shift;
-                if ih >= pad_h && iw >= pad_w && ih - pad_h < in_h && iw - pad_w < in_w {
-                    let at = n * input.stride(0) + (ih - pad_h) * input.stride(1) + (iw - pad_w) * input.stride(2) + ci * input.stride(3);
-                    v = f32::cast_from(input[at]);
-                }
-            }
-            col_stage[r * TILE_J + load_j] = v;
+        // One division chain a row, not one a load.
+        if unit < ROWS {
+            let m = row0 + unit;
+            let ow = m % out_w;
+            let rest = m / out_w;
+            let oh = rest % out_h;
+            let n = rest / out_h;
+            let ok = m < row_end;
+            row_image[unit] = (n * input.stride(0)) as u32;
+            row_h[unit] = select(ok, oh * stride_h, in_h + pad_h) as u32;
+            row_w[unit] = (ow * stride_w) as u32;
+            row_grad[unit] = select(ok, n * out_grad.stride(0) + oh * out_grad.stride(1) + ow * out_grad.stride(2), 0) as u32;
+            row_ok[unit] = select(ok, 1u32, 0u32);
         }
-        // ROWS x TILE_CO gradient values: unit `unit` fills rows unit / TILE_CO + 8 i.
+        sync_cube();
+
+        // Gather ROWS x TILE_J columns.
         #[unroll]
-        for i in 0..(ROWS * TILE_CO / (UNITS * UNITS)) {
-            let r = unit / TILE_CO + i * (UNITS * UNITS / TILE_CO);
-            let m = row0 + r;
+        for i in 0..col_loads {
+            let r = load_row[i] as usize;
+            let ih = row_h[r] as usize + h_shift[i] as usize;
+            let iw = row_w[r] as usize + w_shift[i] as usize;
             let mut v = 0.0f32;
-            if g_ok && m < row_end {
-                let ow = m % out_w;
-                let rest = m / out_w;
-                let oh = rest % out_h;
-                let n = rest / out_h;
-                let at = n * out_grad.stride(0) + oh * out_grad.stride(1) + ow * out_grad.stride(2) + g_co * out_grad.stride(3);
-                v = f32::cast_from(out_grad[at]);
+            if j_ok[i] == 1u32 && ih >= pad_h && iw >= pad_w && ih - pad_h < in_h && iw - pad_w < in_w {
+                v = f32::cast_from(input[row_image[r] as usize + (ih - pad_h) * in_s1 + (iw - pad_w) * in_s2 + ci_offset[i] as usize]);
             }
-            grad_stage[r * TILE_CO + load_co] = v;
+            col_stage[r * col_pitch + load_col[i] as usize] = v;
+        }
+        // ROWS x tile_co gradient values.
+        #[unroll]
+        for i in 0..grad_loads {
+            let mut col = unit % tile_co;
+            let mut r = unit / tile_co + i * comptime!(UNITS * UNITS / (UNITS * rm));
+            if grad_by_row {
+                col = unit / ROWS + i * (UNITS * UNITS / ROWS);
+                r = unit % ROWS;
+            }
+            let g_co = co0 + col;
+            let mut v = 0.0f32;
+            if g_co < c_out && row_ok[r] == 1u32 {
+                v = f32::cast_from(out_grad[row_grad[r] as usize + g_co * g_s3]);
+            }
+            grad_stage[r * grad_pitch + col] = v;
         }
         sync_cube();
 
         for r in 0..ROWS {
-            let a0 = grad_stage[r * TILE_CO + ty];
-            let a1 = grad_stage[r * TILE_CO + ty + UNITS];
+            let mut a = Array::<f32>::new(rm);
             #[unroll]
-            for q in 0..4 {
-                let b = col_stage[r * TILE_J + tx + q * UNITS];
-                acc[q] += a0 * b;
-                acc[4 + q] += a1 * b;
+            for p in 0..rm {
+                a[p] = grad_stage[r * grad_pitch + ty + p * UNITS];
+            }
+            #[unroll]
+            for q in 0..4usize {
+                let b = col_stage[r * col_pitch + tx + q * UNITS];
+                #[unroll]
+                for p in 0..rm {
+                    acc[p * 4 + q] += a[p] * b;
+                }
             }
         }
         sync_cube();
@@ -161,10 +235,10 @@ fn wgrad_split_k_kernel<E: Float>(
     }
 
     #[unroll]
-    for p in 0..2 {
+    for p in 0..rm {
         let co = co0 + ty + p * UNITS;
         #[unroll]
-        for q in 0..4 {
+        for q in 0..4usize {
             let jj = j0 + tx + q * UNITS;
             if co < c_out && jj < j_total {
                 partials[split * p_split + co * p_co + jj * p_j] = acc[p * 4 + q];
@@ -197,12 +271,17 @@ pub fn wgrad_split_k<const N: usize>(
     let j_total = k_h * k_w * c_in;
     let rows = batch * out_h * out_w;
 
-    let tiles = j_total.div_ceil(TILE_J) * c_out.div_ceil(TILE_CO);
-    let by_rows = (rows / MIN_ROWS_PER_SPLIT).max(1);
-    let splits = TARGET_CUBES.div_ceil(tiles).clamp(1, by_rows);
+    let rm = co_per_unit(c_out);
+    let tiles = j_total.div_ceil(TILE_J) * c_out.div_ceil(UNITS * rm);
+    let (target_cubes, min_rows) = split_knobs();
+    let by_rows = (rows / min_rows).max(1);
+    let splits = target_cubes.div_ceil(tiles).clamp(1, by_rows);
     let rows_per_split = rows.div_ceil(splits).next_multiple_of(ROWS);
     let splits = rows.div_ceil(rows_per_split);
 
+    // Channel-last in memory (a convolution's own output) or not (e.g. NCHW from elsewhere).
+    let cols_by_row = input.meta.strides()[3] != 1;
+    let grad_by_row = out_grad.meta.strides()[3] != 1;
     let client = input.client.clone();
     let partials = empty_device_dtype(client.clone(), input.device.clone(), Shape::new([splits, c_out, j_total]), DType::F32);
     let pad = options.padding_begin();
@@ -216,13 +295,16 @@ pub fn wgrad_split_k<const N: usize>(
     }
     wgrad_split_k_kernel::launch(
         &client,
-        CubeCount::Static(j_total.div_ceil(TILE_J) as u32, c_out.div_ceil(TILE_CO) as u32, splits as u32),
+        CubeCount::Static(j_total.div_ceil(TILE_J) as u32, c_out.div_ceil(UNITS * rm) as u32, splits as u32),
         CubeDim::new_2d(UNITS as u32, UNITS as u32),
         input.into_tensor_arg(),
         out_grad.into_tensor_arg(),
         partials.clone().into_tensor_arg(),
         shape,
         conv,
+        rm,
+        cols_by_row,
+        grad_by_row,
         dtype_to_storage_type(dtype),
     );
 
