@@ -39,32 +39,42 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timed(fn, device, warmup, iters, reps):
+def first_run(fn, device):
+    """Seconds of fn's first call (cuDNN's algorithm choice, lazy initialisation)."""
     t0 = time.perf_counter()
     fn()
     sync(device)
-    first = time.perf_counter() - t0
-    for _ in range(warmup):
-        for _ in range(reps):
-            fn()
-    sync(device)
+    return time.perf_counter() - t0
+
+
+def samples_ms(run, device, iters, reps):
+    """Mean ms a launch over `iters` timed calls of `run`, which launches `reps` times."""
     samples = []
     for _ in range(iters):
         t = time.perf_counter()
-        for _ in range(reps):
-            fn()
+        run()
         sync(device)
         samples.append((time.perf_counter() - t) * 1e3 / reps)
-    return statistics.mean(samples), first
+    return statistics.mean(samples)
+
+
+def timed(fn, device, warmup, iters, reps):
+    first = first_run(fn, device)
+
+    def burst():
+        for _ in range(reps):
+            fn()
+
+    for _ in range(warmup):
+        burst()
+    sync(device)
+    return samples_ms(burst, device, iters, reps), first
 
 
 def timed_graph(fn, device, warmup, iters, reps):
     """As `timed`, but `reps` calls of fn are captured as one CUDA graph and each timed run is a
     replay: the kernels' GPU time without the host's launch cost (libreyolo-run's `--graph`)."""
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    first = time.perf_counter() - t0
+    first = first_run(fn, device)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # PyTorch's capture recipe: warm up on a side stream
@@ -77,13 +87,7 @@ def timed_graph(fn, device, warmup, iters, reps):
         for _ in range(reps):
             fn()
     sync(device)
-    samples = []
-    for _ in range(iters):
-        t = time.perf_counter()
-        graph.replay()
-        sync(device)
-        samples.append((time.perf_counter() - t) * 1e3 / reps)
-    return statistics.mean(samples), first
+    return samples_ms(graph.replay, device, iters, reps), first
 
 
 def make_op(spec, dtype, device):
