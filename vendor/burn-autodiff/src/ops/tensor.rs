@@ -2681,7 +2681,9 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
         struct SumDim;
 
         impl<B: Backend> Backward<B, 1> for SumDim {
-            type State = (Shape, usize);
+            // libreyolo-run patch: the input's shape is all the gradient needs (upstream also
+            // kept the axis for its fill-reduce-multiply backward).
+            type State = Shape;
 
             fn backward(
                 self,
@@ -2689,10 +2691,9 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 grads: &mut Gradients,
                 _checkpointer: &mut Checkpointer,
             ) {
-                let (shape, dim) = ops.state;
+                let shape = ops.state;
 
                 // libreyolo-run patch: the gradient broadcast back as a view (see MeanDim).
-                let _ = dim;
                 unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
             }
         }
@@ -2703,7 +2704,7 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
             .stateful()
         {
             OpsKind::Tracked(prep) => prep.finish(
-                (tensor.primitive.shape(), dim),
+                tensor.primitive.shape(),
                 B::float_sum_dim(tensor.primitive, dim),
             ),
             OpsKind::UnTracked(prep) => prep.finish(B::float_sum_dim(tensor.primitive, dim)),
