@@ -1,6 +1,6 @@
 //! Network forward (eval) and forward+backward (train) time at a given batch, size and dtype.
 
-use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+use burn::tensor::{Distribution, FloatDType, Tensor};
 use libreyolo_families::{Ctx, Network, ParamStore};
 
 use super::{Timer, Timing};
@@ -10,21 +10,18 @@ pub struct NetworkBench {
     pub height: usize,
     pub width: usize,
     pub dtype: FloatDType,
-    pub warmup: usize,
-    pub iters: usize,
     /// Also time the training forward+backward.
     pub train: bool,
-    /// Time replays of each run captured as a CUDA graph (`bench --graph`).
-    pub graph: bool,
 }
 
-pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, device: &Device) -> Vec<Timing> {
+/// Times `network` as `cfg` says, on the timer's device.
+pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, timer: &Timer) -> Vec<Timing> {
+    let device = timer.device;
     let mut params = params.clone();
     params.to_device(device);
     params.cast(cfg.dtype);
     let images = Tensor::<4>::random([cfg.batch, 3, cfg.height, cfg.width], Distribution::Uniform(0.0, 1.0), device).cast(cfg.dtype);
     let tag = format!("b{} {}x{} {:?}", cfg.batch, cfg.height, cfg.width, cfg.dtype);
-    let timer = Timer { device, warmup: cfg.warmup, iters: cfg.iters, graph: cfg.graph };
     let eval = Ctx::eval(&params);
     // Inference fusion (what predict runs): the folding happens in the first run.
     let fused = Ctx::eval_fused(&params, None);

@@ -105,13 +105,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let device = crate::device::resolve(&args.device).map_err(anyhow::Error::msg)?;
     let dev = device.devices().remove(0);
     eprintln!("bench on {} (convolution kernels: {})", device.describe(), crate::kernel_cache::conv_kernels());
+    let timer = bench::Timer { device: &dev, warmup: args.warmup, iters: args.iters, graph: args.graph };
     let timings = match &args.what {
         BenchWhat::Network { manifest, dtype, forward_only } => {
             let loaded = crate::manifest::load(manifest, &[])?;
             let (network, params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
             let mut rows = vec![];
             for d in dtype {
-                rows.extend(bench::network::run(&network_bench(args, *d, !forward_only), &network, &params, &dev));
+                rows.extend(bench::network::run(&network_bench(args, *d, !forward_only), &network, &params, &timer));
             }
             bench::print_table(&format!("network ({})", manifest.display()), &rows);
             rows
@@ -160,13 +161,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             let mut all = vec![];
             let mut network_rows = vec![];
             for d in dtype {
-                all.extend(bench::ops::run(&ops, (*d).into(), &bench::Timer { device: &dev, warmup: args.warmup, iters: args.iters, graph: args.graph }));
+                all.extend(bench::ops::run(&ops, (*d).into(), &timer));
                 if !only.is_empty() {
                     continue;
                 }
                 // The whole network (no PGI branch) for the same table.
                 let (plain, plain_params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
-                let t = bench::network::run(&network_bench(args, *d, true), &plain, &plain_params, &dev);
+                let t = bench::network::run(&network_bench(args, *d, true), &plain, &plain_params, &timer);
                 let dt = format!("{:?}", FloatDType::from(*d));
                 for (timing, category) in t.iter().zip(["network forward (eval)", "network forward (eval, fused)", "network forward+backward"]) {
                     network_rows.push(serde_json::json!({"category": category, "dtype": dt, "ms": timing.mean_ms, "first_s": timing.first_s}));
@@ -218,9 +219,6 @@ fn network_bench(args: &BenchArgs, d: Dtype, train: bool) -> bench::network::Net
         height: args.imgsz,
         width: args.imgsz,
         dtype: d.into(),
-        warmup: args.warmup,
-        iters: args.iters,
         train,
-        graph: args.graph,
     }
 }

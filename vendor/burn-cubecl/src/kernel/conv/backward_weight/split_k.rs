@@ -12,9 +12,9 @@
 //! Here a cube owns a (16, 32 or 64) x 64 tile of the output and one slice of the contraction:
 //! it stages 32 rows of the gradient and of the (never materialised) columns in shared memory,
 //! gathering the columns straight from the input, and accumulates in f32 registers, up to 4 x 4
-//! outputs a unit. Each
-//! slice writes its partial tile to `[splits, c_out, J]` in f32, and one reduction over the
-//! slices sums them in a fixed order: the result does not depend on which cube finishes first.
+//! outputs a unit. Each slice writes its partial tile to `[splits, c_out, J]` in f32, and one
+//! reduction over the slices sums them in a fixed order: the result does not depend on which
+//! cube finishes first.
 
 use burn_backend::{DType, ops::ConvOptions};
 use burn_backend::cubecl::dtype_to_storage_type;
@@ -272,7 +272,8 @@ pub fn wgrad_split_k<const N: usize>(
     let rows = batch * out_h * out_w;
 
     let rm = co_per_unit(c_out);
-    let tiles = j_total.div_ceil(TILE_J) * c_out.div_ceil(UNITS * rm);
+    let (tiles_j, tiles_co) = (j_total.div_ceil(TILE_J), c_out.div_ceil(UNITS * rm));
+    let tiles = tiles_j * tiles_co;
     let (target_cubes, min_rows) = split_knobs();
     let by_rows = (rows / min_rows).max(1);
     let splits = target_cubes.div_ceil(tiles).clamp(1, by_rows);
@@ -295,7 +296,7 @@ pub fn wgrad_split_k<const N: usize>(
     }
     wgrad_split_k_kernel::launch(
         &client,
-        CubeCount::Static(j_total.div_ceil(TILE_J) as u32, c_out.div_ceil(UNITS * rm) as u32, splits as u32),
+        CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
         CubeDim::new_2d(UNITS as u32, UNITS as u32),
         input.into_tensor_arg(),
         out_grad.into_tensor_arg(),
