@@ -1,0 +1,287 @@
+//! The CubeCL kernels of the fused BatchNorm (+ SiLU). Every activation is seen as `rows x C`
+//! (rows = N * H * W, channels contiguous: a convolution's own output layout), read in vectors
+//! of `N` channels; per-channel values are f32 `[k, C]` tensors read as vectors at the same
+//! channel offset. A training step runs, per BatchNorm:
+//!
+//! forward:  `forward_sums` (one read of x) -> `finalize_forward` -> `apply_forward` (read x,
+//!           write y);
+//! backward: `backward_sums` (read x and dy) -> `finalize_backward` -> `apply_backward` (read x
+//!           and dy, write dx).
+//!
+//! The sums split the rows over cubes and write per-split partials, which the finalize kernels
+//! add in a fixed order: results do not depend on scheduling.
+
+use burn_cubecl::cubecl;
+use cubecl::prelude::*;
+
+/// Units a cube of the sums and finalize kernels holds (the shared-memory size).
+pub const CUBE_UNITS: usize = 256;
+
+/// `1 / (1 + exp(-y))`.
+#[cube]
+fn sigmoid<N: Size>(y: Vector<f32, N>) -> Vector<f32, N> {
+    let one = Vector::<f32, N>::new(1.0f32);
+    one / (one + Vector::exp(-y))
+}
+
+/// Adds the `rl` row lanes of each channel lane in shared memory (`rl` need not be a power of
+/// two); lane `ty == 0` ends up holding the cube's sum.
+#[cube]
+fn reduce_row_lanes<N: Size>(values: &mut Shared<[Vector<f32, N>]>, tx: usize, ty: usize, cu: usize, rl: usize) {
+    let mut half = 1usize;
+    while half < rl {
+        half *= 2;
+    }
+    half /= 2;
+    while half > 0 {
+        if ty < half && ty + half < rl {
+            let other = values[(ty + half) * cu + tx];
+            values[ty * cu + tx] += other;
+        }
+        sync_cube();
+        half /= 2;
+    }
+}
+
+/// Per split and channel, `sum(x - k)` and `sum((x - k)^2)` with `k` the channel's first value
+/// (a shift that keeps the one-pass variance accurate). Cube `(cu, rl)`: `cu` channel vectors
+/// by `rl` row lanes; cube x = channel block, cube y = split. `partials` is `[splits, 2, C]`.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn forward_sums<E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    rows: usize,
+    rows_per_split: usize,
+    x_row: usize,
+    channel_vectors: usize,
+    #[define(E)] _dtype: ElemType,
+) {
+    let (tx, ty) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
+    let (cu, rl) = (CUBE_DIM_X as usize, CUBE_DIM_Y as usize);
+    let v = CUBE_POS_X as usize * cu + tx;
+    let split = CUBE_POS_Y as usize;
+    let begin = split * rows_per_split;
+    let end = select(begin + rows_per_split < rows, begin + rows_per_split, rows);
+
+    let mut s = Vector::<f32, N>::new(0.0f32);
+    let mut q = Vector::<f32, N>::new(0.0f32);
+    if v < channel_vectors {
+        let k = Vector::<f32, N>::cast_from(x[v]);
+        let mut r = begin + ty;
+        while r < end {
+            let d = Vector::<f32, N>::cast_from(x[r * x_row + v]) - k;
+            s += d;
+            q += d * d;
+            r += rl;
+        }
+    }
+    let mut sums = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
+    let mut squares = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
+    sums[ty * cu + tx] = s;
+    squares[ty * cu + tx] = q;
+    sync_cube();
+    reduce_row_lanes::<N>(&mut sums, tx, ty, cu, rl);
+    reduce_row_lanes::<N>(&mut squares, tx, ty, cu, rl);
+    if ty == 0 && v < channel_vectors {
+        partials[split * 2 * channel_vectors + v] = sums[tx];
+        partials[(split * 2 + 1) * channel_vectors + v] = squares[tx];
+    }
+}
+
+/// Per split and channel, `sum(gy)` and `sum(gy * (x - mean))`, `gy` the gradient before the
+/// SiLU (recomputed from x and the statistics). Same grid as [`forward_sums`].
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn backward_sums<E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
+    grad: &Tensor<Vector<E, N>>,
+    stats: &Tensor<Vector<f32, N>>,
+    partials: &mut Tensor<Vector<f32, N>>,
+    rows: usize,
+    rows_per_split: usize,
+    x_row: usize,
+    grad_row: usize,
+    channel_vectors: usize,
+    #[comptime] act: bool,
+    #[define(E)] _dtype: ElemType,
+) {
+    let (tx, ty) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
+    let (cu, rl) = (CUBE_DIM_X as usize, CUBE_DIM_Y as usize);
+    let v = CUBE_POS_X as usize * cu + tx;
+    let split = CUBE_POS_Y as usize;
+    let begin = split * rows_per_split;
+    let end = select(begin + rows_per_split < rows, begin + rows_per_split, rows);
+
+    let mut s1 = Vector::<f32, N>::new(0.0f32);
+    let mut s2 = Vector::<f32, N>::new(0.0f32);
+    if v < channel_vectors {
+        let mean = stats[v];
+        let scale = stats[3 * channel_vectors + v];
+        let shift = stats[4 * channel_vectors + v];
+        let mut r = begin + ty;
+        while r < end {
+            let xv = Vector::<f32, N>::cast_from(x[r * x_row + v]);
+            let gy = pre_activation_grad::<N>(Vector::<f32, N>::cast_from(grad[r * grad_row + v]), xv, scale, shift, act);
+            s1 += gy;
+            s2 += gy * (xv - mean);
+            r += rl;
+        }
+    }
+    let mut first = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
+    let mut second = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
+    first[ty * cu + tx] = s1;
+    second[ty * cu + tx] = s2;
+    sync_cube();
+    reduce_row_lanes::<N>(&mut first, tx, ty, cu, rl);
+    reduce_row_lanes::<N>(&mut second, tx, ty, cu, rl);
+    if ty == 0 && v < channel_vectors {
+        partials[split * 2 * channel_vectors + v] = first[tx];
+        partials[(split * 2 + 1) * channel_vectors + v] = second[tx];
+    }
+}
+
+/// The gradient before the activation: `g * silu'(y)` with `y = x * scale + shift`, or `g`.
+#[cube]
+fn pre_activation_grad<N: Size>(g: Vector<f32, N>, x: Vector<f32, N>, scale: Vector<f32, N>, shift: Vector<f32, N>, #[comptime] act: bool) -> Vector<f32, N> {
+    let mut gy = g;
+    if act {
+        let y = x * scale + shift;
+        let s = sigmoid::<N>(y);
+        let one = Vector::<f32, N>::new(1.0f32);
+        gy = g * s * (one + y * (one - s));
+    }
+    gy
+}
+
+/// Adds one channel's two partial rows over the splits (cube = one channel, units stride over
+/// the splits, then a fixed-order tree): returns both sums in unit 0.
+#[cube]
+fn sum_splits(partials: &Tensor<f32>, c: usize, channels: usize, splits: usize) -> (f32, f32) {
+    let unit = UNIT_POS as usize;
+    let units = CUBE_DIM as usize;
+    let mut a = 0.0f32;
+    let mut b = 0.0f32;
+    let mut p = unit;
+    while p < splits {
+        a += partials[p * 2 * channels + c];
+        b += partials[(p * 2 + 1) * channels + c];
+        p += units;
+    }
+    let mut first = Shared::<[f32]>::new_slice(CUBE_UNITS);
+    let mut second = Shared::<[f32]>::new_slice(CUBE_UNITS);
+    first[unit] = a;
+    second[unit] = b;
+    sync_cube();
+    let mut half = units / 2;
+    while half > 0 {
+        if unit < half {
+            let (fa, fb) = (first[unit + half], second[unit + half]);
+            first[unit] += fa;
+            second[unit] += fb;
+        }
+        sync_cube();
+        half /= 2;
+    }
+    (first[0], second[0])
+}
+
+/// The statistics `[5, C]` (mean, biased variance, rstd, scale, shift) of one channel per cube.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn finalize_forward<E: Float>(
+    x: &Tensor<E>,
+    partials: &Tensor<f32>,
+    weight: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    stats: &mut Tensor<f32>,
+    splits: usize,
+    count: f32,
+    epsilon: f32,
+    #[define(E)] _dtype: ElemType,
+) {
+    let c = CUBE_POS_X as usize;
+    let channels = stats.shape(1);
+    let (s, q) = sum_splits(partials, c, channels, splits);
+    if UNIT_POS == 0 {
+        let dm = s / count;
+        let mean = f32::cast_from(x[c]) + dm;
+        let var = f32::max(q / count - dm * dm, 0.0f32);
+        let rstd = 1.0f32 / f32::sqrt(var + epsilon);
+        let scale = weight[c * weight.stride(0)] * rstd;
+        stats[c] = mean;
+        stats[channels + c] = var;
+        stats[2 * channels + c] = rstd;
+        stats[3 * channels + c] = scale;
+        stats[4 * channels + c] = bias[c * bias.stride(0)] - mean * scale;
+    }
+}
+
+/// From the backward sums of one channel per cube: `coef` `[2, C]` = (A, B) of
+/// `dx = scale * gy + A * (x - mean) + B`, and `wb` `[2, C]` = (dweight, dbias).
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn finalize_backward(partials: &Tensor<f32>, stats: &Tensor<f32>, coef: &mut Tensor<f32>, wb: &mut Tensor<f32>, splits: usize, count: f32) {
+    let c = CUBE_POS_X as usize;
+    let channels = stats.shape(1);
+    let (sum_gy, sum_gy_xc) = sum_splits(partials, c, channels, splits);
+    if UNIT_POS == 0 {
+        let rstd = stats[2 * channels + c];
+        let scale = stats[3 * channels + c];
+        coef[c] = -scale * rstd * rstd * sum_gy_xc / count;
+        coef[channels + c] = -scale * sum_gy / count;
+        wb[c] = rstd * sum_gy_xc;
+        wb[channels + c] = sum_gy;
+    }
+}
+
+/// `y = act(x * scale + shift)`, one vector a unit; `y` is dense `rows x C`.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn apply_forward<E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
+    stats: &Tensor<Vector<f32, N>>,
+    y: &mut Tensor<Vector<E, N>>,
+    total: usize,
+    x_row: usize,
+    channel_vectors: usize,
+    #[comptime] act: bool,
+    #[define(E)] _dtype: ElemType,
+) {
+    let i = ABSOLUTE_POS;
+    if i >= total {
+        terminate!();
+    }
+    let (r, v) = (i / channel_vectors, i % channel_vectors);
+    let mut out = Vector::<f32, N>::cast_from(x[r * x_row + v]) * stats[3 * channel_vectors + v] + stats[4 * channel_vectors + v];
+    if act {
+        out = out * sigmoid::<N>(out);
+    }
+    y[i] = Vector::<E, N>::cast_from(out);
+}
+
+/// `dx = scale * gy + A * (x - mean) + B`, one vector a unit; `dx` is dense `rows x C`.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn apply_backward<E: Float, N: Size>(
+    x: &Tensor<Vector<E, N>>,
+    grad: &Tensor<Vector<E, N>>,
+    stats: &Tensor<Vector<f32, N>>,
+    coef: &Tensor<Vector<f32, N>>,
+    dx: &mut Tensor<Vector<E, N>>,
+    total: usize,
+    x_row: usize,
+    grad_row: usize,
+    channel_vectors: usize,
+    #[comptime] act: bool,
+    #[define(E)] _dtype: ElemType,
+) {
+    let i = ABSOLUTE_POS;
+    if i >= total {
+        terminate!();
+    }
+    let (r, v) = (i / channel_vectors, i % channel_vectors);
+    let cv = channel_vectors;
+    let xv = Vector::<f32, N>::cast_from(x[r * x_row + v]);
+    let scale = stats[3 * cv + v];
+    let gy = pre_activation_grad::<N>(Vector::<f32, N>::cast_from(grad[r * grad_row + v]), xv, scale, stats[4 * cv + v], act);
+    let out = scale * gy + coef[v] * (xv - stats[v]) + coef[cv + v];
+    dx[i] = Vector::<E, N>::cast_from(out);
+}
