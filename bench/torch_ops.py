@@ -25,7 +25,7 @@ CATEGORY = {
     "conv_forward": "conv forward",
     "conv_input_grad": "conv input-grad",
     "conv_weight_grad": "conv weight-grad",
-    "batch_norm_fwd_bwd": "batchnorm fwd+bwd",
+    "batch_norm_fwd_bwd": "batchnorm (+silu) fwd+bwd",
     "silu_fwd_bwd": "silu fwd+bwd",
     "max_pool": "max-pool",
     "avg_pool": "avg-pool",
@@ -108,7 +108,10 @@ def make_op(spec, dtype, device):
     if op in ("batch_norm_fwd_bwd", "silu_fwd_bwd"):
         x = r(*spec["input"]).requires_grad_(True)
         gout = r(*spec["input"])
-        if op == "batch_norm_fwd_bwd":
+        if op == "batch_norm_fwd_bwd" and spec.get("act"):
+            # A Conv block's BatchNorm and SiLU (one fused operation on our side).
+            f = lambda t: F.silu(F.batch_norm(t, None, None, training=True, eps=1e-3))  # noqa: E731
+        elif op == "batch_norm_fwd_bwd":
             f = lambda t: F.batch_norm(t, None, None, training=True, eps=1e-3)  # noqa: E731
         else:
             f = F.silu

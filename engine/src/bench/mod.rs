@@ -1,7 +1,7 @@
 //! Measurements run by `libreyolo-run bench`: each prints a table and returns its figures, with
 //! the first iteration (kernel compilation and autotuning) reported apart from steady state.
 
-pub mod conv_check;
+pub mod kernel_check;
 pub mod loss;
 pub mod network;
 pub mod ops;

@@ -10,7 +10,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::module::{avg_pool2d, conv2d, conv2d_weight_backward, interpolate, max_pool2d};
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, InterpolateMode, InterpolateOptions, MaxPoolOptions};
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
-use libreyolo_families::blocks::ConvShape;
+use libreyolo_families::blocks::{ConvShape, batch_norm};
 use libreyolo_families::{Ctx, Network, ParamStore, TracedOp};
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +23,13 @@ pub enum OpSpec {
     ConvForward { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, bias: bool },
     ConvInputGrad { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize },
     ConvWeightGrad { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize },
-    /// Training BatchNorm (batch statistics) forward and backward, on a conv's output.
-    BatchNormFwdBwd { input: [usize; 4] },
+    /// Training BatchNorm (batch statistics) forward and backward, on a conv's output, with the
+    /// SiLU after it when `act` (one fused operation in the network).
+    BatchNormFwdBwd {
+        input: [usize; 4],
+        #[serde(default)]
+        act: bool,
+    },
     SiluFwdBwd { input: [usize; 4] },
     MaxPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
     AvgPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
@@ -57,7 +62,7 @@ impl OpSpec {
             OpSpec::ConvForward { .. } => "conv forward",
             OpSpec::ConvInputGrad { .. } => "conv input-grad",
             OpSpec::ConvWeightGrad { .. } => "conv weight-grad",
-            OpSpec::BatchNormFwdBwd { .. } => "batchnorm fwd+bwd",
+            OpSpec::BatchNormFwdBwd { .. } => "batchnorm (+silu) fwd+bwd",
             OpSpec::SiluFwdBwd { .. } => "silu fwd+bwd",
             OpSpec::MaxPool { .. } => "max-pool",
             OpSpec::AvgPool { .. } => "avg-pool",
@@ -111,9 +116,8 @@ pub fn network_ops(network: &Network, params: &ParamStore, with_aux: bool, batch
                     add(OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups });
                 }
                 if bn {
-                    add(OpSpec::BatchNormFwdBwd { input: out });
-                }
-                if act {
+                    add(OpSpec::BatchNormFwdBwd { input: out, act });
+                } else if act {
                     add(OpSpec::SiluFwdBwd { input: out });
                 }
             }
@@ -146,14 +150,11 @@ fn rand(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
     Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype)
 }
 
-/// The network's training BatchNorm itself (affine weight 1, bias 0): its batch statistics
-/// (`LIBREYOLO_BN_STATS` picks how they reduce) and its normalisation.
-fn batch_norm_train(x: Tensor<4>) -> Tensor<4> {
-    use libreyolo_families::blocks::batch_norm::{batch_stats, normalize};
-    let c = x.dims()[1];
-    let device = x.device();
-    let (mean, var) = batch_stats(&x);
-    normalize(x, mean, var, Tensor::<4>::ones([1, c, 1, 1], &device), Tensor::<4>::zeros([1, c, 1, 1], &device))
+/// A random `[N, C, H, W]` activation laid out channels-last in memory, as a convolution
+/// returns it (what the network's BatchNorm reads).
+fn rand_channels_last(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
+    let [n, c, h, w] = dims;
+    rand([n, h, w, c], dtype, device).permute([0, 3, 1, 2])
 }
 
 /// Times every op of `ops` in `dtype` on the timer's device.
@@ -195,15 +196,20 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
                 timer.time(&name, || (0..REPS).map(|_| conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())).last())
             }
-            OpSpec::BatchNormFwdBwd { input } | OpSpec::SiluFwdBwd { input } => {
-                let x = rand(*input, dtype, device);
-                let g = rand(*input, dtype, device);
-                let bn = matches!(spec, OpSpec::BatchNormFwdBwd { .. });
+            OpSpec::BatchNormFwdBwd { input, .. } | OpSpec::SiluFwdBwd { input } => {
+                let x = rand_channels_last(*input, dtype, device);
+                let g = rand_channels_last(*input, dtype, device);
+                let c = input[1];
+                let (weight, bias) = (Tensor::<1>::ones([c], device), Tensor::<1>::zeros([c], device));
                 timer.time(&name, || {
                     (0..REPS)
                         .map(|_| {
                             let leaf = x.clone().autodiff().require_grad();
-                            let y = if bn { batch_norm_train(leaf.clone()) } else { silu(leaf.clone()) };
+                            let y = match spec {
+                                // The network's own training BatchNorm (fused, or composed under `LIBREYOLO_BN=composed`).
+                                OpSpec::BatchNormFwdBwd { act, .. } => batch_norm::train(leaf.clone(), weight.clone(), bias.clone(), *act).0,
+                                _ => silu(leaf.clone()),
+                            };
                             let grads = y.mul(g.clone().autodiff()).sum().backward();
                             leaf.grad(&grads)
                         })

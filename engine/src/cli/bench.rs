@@ -61,8 +61,9 @@ enum BenchWhat {
         /// `batchnorm`, `silu`, `max-pool`, `avg-pool`, `upsample`, `concat`), and no network row.
         #[arg(long, value_delimiter = ',', value_name = "KIND")]
         only: Vec<String>,
-        /// Check the device's convolution weight gradients at these shapes against the CPU in
-        /// f32 instead of timing (fails when one is out of tolerance).
+        /// Check the device's custom kernels (convolution weight gradients, the fused BatchNorm)
+        /// at these shapes against the CPU in f32 instead of timing (fails when one is out of
+        /// tolerance).
         #[arg(long)]
         check: bool,
     },
@@ -138,15 +139,25 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 return Ok(());
             }
             if *check {
-                let rows: Vec<_> = dtype.iter().flat_map(|d| bench::conv_check::run(&ops, (*d).into(), &dev)).collect();
-                println!("\nconvolution weight gradients on {} against the CPU in f32 (b{} {}px)\n", device.describe(), args.batch, args.imgsz);
-                println!("| dtype | shapes | passed | worst error / max magnitude | tolerance |");
-                println!("|---|---:|---:|---:|---:|");
+                let rows: Vec<_> = dtype.iter().flat_map(|d| bench::kernel_check::run(&ops, (*d).into(), &dev)).collect();
+                println!("\ncustom kernels on {} against the CPU in f32 (b{} {}px)\n", device.describe(), args.batch, args.imgsz);
+                println!("| dtype | result | shapes | passed | worst error / max magnitude | tolerance |");
+                println!("|---|---|---:|---:|---:|---:|");
                 for d in dtype {
-                    let of: Vec<_> = rows.iter().filter(|r| r.dtype == format!("{:?}", FloatDType::from(*d))).collect();
-                    let worst = of.iter().map(|r| r.max_abs_err / r.max_ref.max(f32::MIN_POSITIVE)).fold(0.0f32, f32::max);
-                    let tol = of.first().map(|r| r.tolerance).unwrap_or(f32::NAN);
-                    println!("| {:?} | {} | {} | {worst:.2e} | {tol:.0e} |", FloatDType::from(*d), of.len(), of.iter().filter(|r| r.pass).count());
+                    let dtype = format!("{:?}", FloatDType::from(*d));
+                    let mut tensors: Vec<(&str, &str)> = vec![];
+                    for r in rows.iter().filter(|r| r.dtype == dtype) {
+                        let kind = r.spec.kind();
+                        if !tensors.contains(&(kind, r.tensor)) {
+                            tensors.push((kind, r.tensor));
+                        }
+                    }
+                    for (kind, tensor) in tensors {
+                        let of: Vec<_> = rows.iter().filter(|r| r.dtype == dtype && r.spec.kind() == kind && r.tensor == tensor).collect();
+                        let worst = of.iter().map(|r| r.max_abs_err / r.max_ref.max(f32::MIN_POSITIVE)).fold(0.0f32, f32::max);
+                        let tol = of.iter().map(|r| r.tolerance).fold(0.0f32, f32::max);
+                        println!("| {dtype} | {kind} {tensor} | {} | {} | {worst:.2e} | {tol:.0e} |", of.len(), of.iter().filter(|r| r.pass).count());
+                    }
                 }
                 if let Some(path) = &args.json {
                     let report = serde_json::json!({"device": device.describe(), "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "checks": rows});
@@ -154,7 +165,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 }
                 let failed = rows.iter().filter(|r| !r.pass).count();
                 if failed > 0 {
-                    return Err(anyhow::anyhow!("{failed} of {} weight gradients out of tolerance", rows.len()).into());
+                    return Err(anyhow::anyhow!("{failed} of {} kernel results out of tolerance", rows.len()).into());
                 }
                 return Ok(());
             }

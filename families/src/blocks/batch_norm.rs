@@ -1,13 +1,18 @@
-//! BatchNorm2d with PyTorch's semantics, written so that a CUDA graph can replay it.
+//! BatchNorm2d with PyTorch's semantics (and the SiLU after it), written so that a CUDA graph
+//! can replay it.
 //!
 //! Training normalises with the batch mean and biased variance over (N, H, W) (over every
 //! device's batch under SyncBatchNorm, see [`Ctx::synced_over`]) and records the batch
 //! statistics; the running statistics are folded in afterwards, in place
 //! (`ParamStore::apply_batch_stats`). Burn's own BatchNorm replaces its running tensors every
-//! step, which a captured graph cannot follow.
+//! step, which a captured graph cannot follow. On one device the training BatchNorm and its
+//! SiLU are one fused operation with one backward (`libreyolo_kernels::batch_norm`); under
+//! SyncBatchNorm, or with `LIBREYOLO_BN=composed`, they are composed of tensor operations.
 
+use burn::tensor::activation::silu;
 use burn::tensor::distributed::{ReduceOperation, all_reduce};
 use burn::tensor::{FloatDType, Tensor};
+use libreyolo_kernels::batch_norm::batch_norm_act;
 
 use crate::ctx::{BatchStats, Ctx};
 use crate::params::{Builder, ParamId, Role};
@@ -38,43 +43,45 @@ impl BatchNorm {
         }
     }
 
-    pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
+    /// BatchNorm of `x`, then SiLU when `act`.
+    pub fn forward(&self, x: Tensor<4>, cx: &Ctx, act: bool) -> Tensor<4> {
+        let activate = |y: Tensor<4>| if act { silu(y) } else { y };
         let c = self.channels;
         let per_channel = |t: Tensor<1>| t.reshape([1, c, 1, 1]);
-        let weight = per_channel(cx.rank1(self.weight));
-        let bias = per_channel(cx.rank1(self.bias));
         if !cx.training() {
             let mean = per_channel(cx.rank1(self.running_mean));
             let std = per_channel(cx.rank1(self.running_var).add_scalar(EPS).sqrt());
-            return x.sub(mean).div(std).mul(weight).add(bias);
+            return activate(x.sub(mean).div(std).mul(per_channel(cx.rank1(self.weight))).add(per_channel(cx.rank1(self.bias))));
         }
         let [n, _, h, w] = x.dims();
-        let (mean, var, count) = match cx.sync_group() {
-            None => {
-                let (mean, var) = batch_stats(&x);
-                (mean, var, (n * h * w) as f64)
-            }
-            Some(devices) => {
-                // SyncBatchNorm: the per-channel sums of x and x^2 summed over every device
-                // (one all-reduce, differentiable: its backward all-reduces the gradients).
-                let xf = x.clone().cast(FloatDType::F32); // no-op in f32
-                let sums = Tensor::cat(vec![xf.clone().sum_dims(&[0, 2, 3]).reshape([c]), xf.square().sum_dims(&[0, 2, 3]).reshape([c])], 0);
-                let sums = all_reduce(sums, ReduceOperation::Sum, devices.to_vec()).resolve();
-                let count = (n * h * w * devices.len()) as f64;
-                let mean = sums.clone().narrow(0, 0, c).div_scalar(count).reshape([1, c, 1, 1]);
-                let var = sums.narrow(0, c, c).div_scalar(count).reshape([1, c, 1, 1]).sub(mean.clone().square()).clamp_min(0.0);
-                (mean, var, count)
-            }
+        let Some(devices) = cx.sync_group() else {
+            let (y, mean, var) = train(x, cx.rank1(self.weight), cx.rank1(self.bias), act);
+            self.record(cx, mean, var, (n * h * w) as f64);
+            return y;
         };
-        let y = normalize(x, mean.clone(), var.clone(), weight, bias);
+        // SyncBatchNorm: the per-channel sums of x and x^2 summed over every device (one
+        // all-reduce, differentiable: its backward all-reduces the gradients).
+        let xf = x.clone().cast(FloatDType::F32); // no-op in f32
+        let sums = Tensor::cat(vec![xf.clone().sum_dims(&[0, 2, 3]).reshape([c]), xf.square().sum_dims(&[0, 2, 3]).reshape([c])], 0);
+        let sums = all_reduce(sums, ReduceOperation::Sum, devices.to_vec()).resolve();
+        let count = (n * h * w * devices.len()) as f64;
+        let mean = sums.clone().narrow(0, 0, c).div_scalar(count).reshape([1, c, 1, 1]);
+        let var = sums.narrow(0, c, c).div_scalar(count).reshape([1, c, 1, 1]).sub(mean.clone().square()).clamp_min(0.0);
+        let y = normalize(x, mean.clone(), var.clone(), per_channel(cx.rank1(self.weight)), per_channel(cx.rank1(self.bias)));
+        self.record(cx, mean.reshape([c]), var.reshape([c]), count);
+        activate(y)
+    }
+
+    /// Records the batch statistics (`[C]`, biased variance over `count` values) for the
+    /// running statistics.
+    fn record(&self, cx: &Ctx, mean: Tensor<1>, var: Tensor<1>, count: f64) {
         cx.record(BatchStats {
             running_mean: self.running_mean,
             running_var: self.running_var,
             count: self.count,
-            mean: mean.detach().inner().reshape([c]),
-            var_unbiased: var.detach().inner().reshape([c]).mul_scalar(count / (count - 1.0).max(1.0)),
+            mean: mean.detach().inner(),
+            var_unbiased: var.detach().inner().mul_scalar(count / (count - 1.0).max(1.0)),
         });
-        y
     }
 
     /// Eval-mode BatchNorm as `x * scale + shift` per channel, from the stored (f32) tensors:
@@ -91,15 +98,27 @@ impl BatchNorm {
     }
 }
 
-/// Environment variable choosing how the batch statistics reduce over (N, H, W): `dims` (the
-/// default: one reduction per dimension, N first) or `rows` (x viewed as [N, C, H*W]: each row
-/// reduced along its contiguous length, then the N partial sums), for A/B timing on the GPU
-/// (`bench ops --only batchnorm`). Both give the same statistics up to summation order.
-pub const STATS_ENV: &str = "LIBREYOLO_BN_STATS";
+/// Environment variable choosing the single-device training BatchNorm: the fused kernels (the
+/// default) or `composed`, the tensor-operation form SyncBatchNorm uses, for A/B timing on the
+/// GPU (`bench ops --only batchnorm`, the capture table).
+pub const IMPL_ENV: &str = "LIBREYOLO_BN";
 
-fn rows_strategy() -> bool {
-    static ROWS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var(STATS_ENV).is_ok_and(|v| v == "rows"))
+fn composed() -> bool {
+    static COMPOSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COMPOSED.get_or_init(|| std::env::var(IMPL_ENV).is_ok_and(|v| v == "composed"))
+}
+
+/// The single-device training BatchNorm (+ SiLU when `act`) of `x` with the affine `weight` and
+/// `bias` (`[C]`): the output and the batch mean and biased variance (`[C]`, f32, detached).
+pub fn train(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, act: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+    if !composed() {
+        let fused = batch_norm_act(x, weight, bias, EPS, act);
+        return (fused.output, fused.mean, fused.var);
+    }
+    let c = weight.dims()[0];
+    let (mean, var) = batch_stats(&x);
+    let y = normalize(x, mean.clone(), var.clone(), weight.reshape([1, c, 1, 1]), bias.reshape([1, c, 1, 1]));
+    (if act { silu(y) } else { y }, mean.detach().reshape([c]), var.detach().reshape([c]))
 }
 
 /// The per-channel mean and biased variance of `x` over (N, H, W), each `[1, C, 1, 1]` in f32
@@ -110,16 +129,11 @@ fn rows_strategy() -> bool {
 /// one `mean_dim` op per axis (three launches and three autodiff nodes a statistic: 6 reduction
 /// launches a BatchNorm forward before).
 pub fn batch_stats(x: &Tensor<4>) -> (Tensor<4>, Tensor<4>) {
-    let [n, c, h, w] = x.dims();
+    let [n, _, h, w] = x.dims();
     let count = (n * h * w) as f64;
     let xf = x.clone().cast(FloatDType::F32); // no-op in f32
-    let (mean, mean_sq) = if rows_strategy() {
-        let rows = |t: Tensor<4>| t.reshape([n, c, h * w]).sum_dim(2).sum_dim(0).div_scalar(count).reshape([1, c, 1, 1]);
-        (rows(xf.clone()), rows(xf.square()))
-    } else {
-        let over_nhw = |t: Tensor<4>| t.sum_dims(&[0, 2, 3]).div_scalar(count);
-        (over_nhw(xf.clone()), over_nhw(xf.square()))
-    };
+    let over_nhw = |t: Tensor<4>| t.sum_dims(&[0, 2, 3]).div_scalar(count);
+    let (mean, mean_sq) = (over_nhw(xf.clone()), over_nhw(xf.square()));
     let var = mean_sq.sub(mean.clone().square()).clamp_min(0.0);
     (mean, var)
 }

@@ -100,13 +100,12 @@ impl Conv {
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
         cx.trace(|| self.shape.traced(x.dims(), false, true, self.act));
-        let y = if cx.fusing() {
+        if cx.fusing() {
             let (w, b) = cx.fused_conv(self.weight, &self.replaced(), || self.folded(cx));
-            self.shape.apply(x, w, Some(b))
-        } else {
-            self.bn.forward(self.shape.apply(x, cx.rank4(self.weight), None), cx)
-        };
-        if self.act { silu(y) } else { y }
+            let y = self.shape.apply(x, w, Some(b));
+            return if self.act { silu(y) } else { y };
+        }
+        self.bn.forward(self.shape.apply(x, cx.rank4(self.weight), None), cx, self.act)
     }
 
     /// The convolution with its BatchNorm folded in, from the stored tensors: weight `w * s`

@@ -1,0 +1,149 @@
+//! `bench ops --check`: the custom GPU kernels at every shape of the network's training step, on
+//! the bench's device, against the CPU backend in f32 on the same (dtype-rounded) random inputs:
+//! the convolution weight gradients (on CUDA the split-K kernel of vendor/burn-cubecl) and the
+//! fused BatchNorm (+ SiLU) forward and backward (libreyolo-kernels). The device runs whatever
+//! its selection picks, so a custom kernel is checked at every shape it will see.
+
+use burn::tensor::module::conv2d_weight_backward;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+use libreyolo_kernels::batch_norm::batch_norm_act;
+use serde::Serialize;
+
+use super::ops::{OpCount, OpSpec, conv_output};
+
+/// One tensor's error at one shape.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelCheck {
+    pub spec: OpSpec,
+    /// Which result: `weight_grad`, or one of the BatchNorm's `output`, `mean`, `var`,
+    /// `input_grad`, `weight_grad`, `bias_grad`.
+    pub tensor: &'static str,
+    pub dtype: String,
+    /// Largest absolute difference from the reference.
+    pub max_abs_err: f32,
+    /// Largest magnitude of the reference.
+    pub max_ref: f32,
+    pub tolerance: f32,
+    pub pass: bool,
+}
+
+/// Error allowed, relative to the reference's largest magnitude: f32 differs only by the order
+/// of the additions (10^5-10^6 terms); bf16 and f16 also round the result to 8 or 11 bits.
+pub fn tolerance(dtype: FloatDType) -> f32 {
+    match dtype {
+        FloatDType::F32 => 1e-4,
+        FloatDType::F16 => 2e-3,
+        _ => 1e-2,
+    }
+}
+
+/// Error allowed for a result kept in f32 whatever the compute dtype (BatchNorm statistics and
+/// affine gradients: f32 sums of the same rounded inputs on both sides).
+fn f32_result_tolerance(dtype: FloatDType) -> f32 {
+    if dtype == FloatDType::F32 { 1e-4 } else { 1e-3 }
+}
+
+/// Checks every `ConvWeightGrad` and `BatchNormFwdBwd` of `ops` in `dtype` on `device`.
+pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device) -> Vec<KernelCheck> {
+    let specs: Vec<&OpSpec> = ops.iter().map(|o| &o.spec).filter(|s| matches!(s, OpSpec::ConvWeightGrad { .. } | OpSpec::BatchNormFwdBwd { .. })).collect();
+    let mut out = vec![];
+    for (i, spec) in specs.iter().enumerate() {
+        let results = match **spec {
+            OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => weight_grad(input, c_out, k, stride, padding, groups, dtype, device),
+            OpSpec::BatchNormFwdBwd { input, act } => batch_norm(input, act, dtype, device),
+            _ => unreachable!("filtered above"),
+        };
+        for (tensor, got, want, tolerance) in results {
+            let max_abs_err: f32 = got.sub(want.clone()).abs().max().into_scalar();
+            let max_ref: f32 = want.abs().max().into_scalar();
+            let pass = max_abs_err <= tolerance * max_ref;
+            eprintln!(
+                "  [{}/{}] {dtype:?} {spec:?} {tensor}: max error {max_abs_err:.3e} of {max_ref:.3e} ({})",
+                i + 1,
+                specs.len(),
+                if pass { "ok" } else { "FAIL" }
+            );
+            out.push(KernelCheck { spec: (*spec).clone(), tensor, dtype: format!("{dtype:?}"), max_abs_err, max_ref, tolerance, pass });
+        }
+    }
+    out
+}
+
+/// `(tensor, device result on the CPU in f32, CPU reference, tolerance)`, flattened.
+type Compared = Vec<(&'static str, Tensor<1>, Tensor<1>, f32)>;
+
+fn on_cpu<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
+    t.clone().cast(FloatDType::F32).to_device(&Device::flex())
+}
+
+fn flat<const D: usize>(t: Tensor<D>) -> Tensor<1> {
+    t.reshape([-1])
+}
+
+#[allow(clippy::too_many_arguments)]
+fn weight_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, dtype: FloatDType, device: &Device) -> Compared {
+    let rand = |dims: [usize; 4]| Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype);
+    let x = rand(input);
+    let g = rand(conv_output(input, c_out, k, stride, padding));
+    let w = Tensor::<4>::zeros([c_out, input[1] / groups, k, k], device).cast(dtype);
+    let o = ConvOptions::new([stride; 2], [padding; 2], [1, 1], groups);
+    let got = on_cpu(&conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()));
+    let want = conv2d_weight_backward(on_cpu(&x), on_cpu(&w), on_cpu(&g), o);
+    vec![("weight_grad", flat(got), flat(want), tolerance(dtype))]
+}
+
+/// The fused BatchNorm (+ SiLU when `act`) forward and backward on a channels-last input (a
+/// convolution's output) with an offset mean, as after a convolution.
+fn batch_norm(input: [usize; 4], act: bool, dtype: FloatDType, device: &Device) -> Compared {
+    let [n, c, h, w] = input;
+    let x = Tensor::<4>::random([n, h, w, c], Distribution::Normal(0.5, 2.0), device).cast(dtype).permute([0, 3, 1, 2]);
+    let g = Tensor::<4>::random([n, h, w, c], Distribution::Normal(0.0, 1.0), device).cast(dtype).permute([0, 3, 1, 2]);
+    let weight = Tensor::<1>::random([c], Distribution::Normal(1.0, 0.5), device);
+    let bias = Tensor::<1>::random([c], Distribution::Normal(0.0, 0.5), device);
+    let run = |x: Tensor<4>, g: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>| {
+        let (x, weight, bias) = (x.autodiff().require_grad(), weight.autodiff().require_grad(), bias.autodiff().require_grad());
+        let out = batch_norm_act(x.clone(), weight.clone(), bias.clone(), libreyolo_families::blocks::batch_norm::EPS, act);
+        let grads = out.output.clone().mul(g.autodiff()).sum().backward();
+        let grad = |t: &Tensor<1>| t.grad(&grads).expect("reaches the loss");
+        [
+            flat(on_cpu(&out.output.inner())),
+            on_cpu(&out.mean.inner()),
+            on_cpu(&out.var.inner()),
+            flat(on_cpu(&x.grad(&grads).expect("reaches the loss"))),
+            on_cpu(&grad(&weight)),
+            on_cpu(&grad(&bias)),
+        ]
+    };
+    let got = run(x.clone(), g.clone(), weight.clone(), bias.clone());
+    let want = run(on_cpu(&x), on_cpu(&g), on_cpu(&weight), on_cpu(&bias));
+    let names = ["output", "mean", "var", "input_grad", "weight_grad", "bias_grad"];
+    let in_dtype = [true, false, false, true, false, false];
+    names
+        .into_iter()
+        .zip(got.into_iter().zip(want))
+        .zip(in_dtype)
+        .map(|((name, (got, want)), rounded)| (name, got, want, if rounded { tolerance(dtype) } else { f32_result_tolerance(dtype) }))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On the CPU the device and the reference are the same backend: the check runs end to end
+    /// and finds non-trivial results within f32's tolerance, for both kernels.
+    #[test]
+    fn the_cpu_passes_its_own_check() {
+        let ops = [
+            OpCount { spec: OpSpec::ConvWeightGrad { input: [2, 3, 8, 8], c_out: 4, k: 3, stride: 1, padding: 1, groups: 1 }, count: 1 },
+            OpCount { spec: OpSpec::BatchNormFwdBwd { input: [2, 8, 5, 6], act: true }, count: 1 },
+        ];
+        let rows = run(&ops, FloatDType::F32, &Device::flex());
+        assert_eq!(rows.len(), 7);
+        for row in &rows {
+            assert!(row.pass && row.max_ref > 0.0, "{row:?}");
+            assert!(row.max_abs_err <= 1e-4 * row.max_ref);
+        }
+    }
+}
