@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 use image::RgbImage;
 use libreyolo_families::{Network, ParamStore};
 use libreyolo_stages::data::augment::{Boxes, letterbox};
@@ -74,7 +74,7 @@ fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor
             chw[c * plane + p] = px.0[c];
         }
     }
-    let x = Tensor::<4, Int>::from_data(TensorData::new(chw, [1, 3, h as usize, w as usize]), device).float().div_scalar(255.0);
+    let x = Tensor::<4, Int>::from_data(TensorData::new(chw, [1, 3, h as usize, w as usize]), (device, DType::U8)).float().div_scalar(255.0);
     (x, ratio)
 }
 

@@ -1,7 +1,7 @@
 //! One training step: the manifest's stages run in DAG order, each reading the values its
 //! inputs name and producing its outputs.
 
-use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 use libreyolo_families::{Ctx, HeadMaps, Network, ParamId, ParamStore};
 use libreyolo_stages::data::Batch;
 use libreyolo_stages::loss::{LossTerms, Yolo9Loss};
@@ -32,13 +32,15 @@ pub struct StepLosses {
 }
 
 /// One host-to-device copy of a batch, from its own buffers (no host copy), staged where the
-/// backend offers it (pinned memory on CUDA); images become f32 in [0, 1] on the device.
+/// backend offers it (pinned memory on CUDA); images travel as u8 and become f32 in [0, 1] on
+/// the device. (Created without a dtype, an int tensor takes the device's default int type, and
+/// burn converts the data on the host first: 4x the bytes, and the staged buffer thrown away.)
 pub fn upload(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
     let (b, h, w) = (batch.size, batch.height as usize, batch.width as usize);
     let mut images = TensorData::new(batch.images, [b, 3, h, w]);
     let mut targets = TensorData::new(batch.targets, [b, batch.max_labels, 5]);
     device.staging([&mut images, &mut targets].into_iter());
-    let images = Tensor::<4, Int>::from_data(images, device).float().div_scalar(255.0);
+    let images = Tensor::<4, Int>::from_data(images, (device, DType::U8)).float().div_scalar(255.0);
     let targets = Tensor::<3>::from_data(targets, device);
     (images, targets)
 }
