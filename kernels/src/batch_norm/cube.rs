@@ -78,7 +78,7 @@ impl BatchNormActBackend for CubeBackend {
                 dtype_to_storage_type(x.dtype),
             );
         }
-        (from_rows(y, &plan), stats)
+        (from_rows(y), stats)
     }
 
     fn batch_norm_act_backward(x: CubeTensor, grad: CubeTensor, stats: CubeTensor, act: bool) -> (CubeTensor, CubeTensor) {
@@ -144,7 +144,7 @@ impl BatchNormActBackend for CubeBackend {
                 dtype_to_storage_type(x.dtype),
             );
         }
-        (from_rows(dx, &plan), wb)
+        (from_rows(dx), wb)
     }
 }
 
@@ -177,7 +177,7 @@ fn row_stride(t: &CubeTensor) -> usize {
 }
 
 /// `y`, allocated `[N, H, W, C]`, presented as `[N, C, H, W]`.
-fn from_rows(y: CubeTensor, _plan: &Plan) -> CubeTensor {
+fn from_rows(y: CubeTensor) -> CubeTensor {
     permute(y, &[0, 3, 1, 2])
 }
 

@@ -27,6 +27,7 @@ use crate::{
     kernel::{
         cast,
         reduce::{KernelReduceStrategy, reduce_dim},
+        utils::address_type,
     },
     ops::{numeric::empty_device_dtype, reshape},
     tensor::CubeTensor,
@@ -71,7 +72,7 @@ fn co_per_unit(c_out: usize) -> usize {
     }
 }
 
-#[cube(launch)]
+#[cube(launch, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 fn wgrad_split_k_kernel<E: Float>(
     input: &Tensor<E>,          // [N, H, W, C_in], any strides
@@ -123,10 +124,10 @@ fn wgrad_split_k_kernel<E: Float>(
     // Where each row of the stage reads: its image's offset, its first input row and column
     // (before the tap and the padding; past the image for a row beyond the slice), and its
     // gradient's offset (or 0 with `row_ok` 0).
-    let mut row_image = Shared::<[u32]>::new_slice(ROWS);
+    let mut row_image = Shared::<[usize]>::new_slice(ROWS);
     let mut row_h = Shared::<[u32]>::new_slice(ROWS);
     let mut row_w = Shared::<[u32]>::new_slice(ROWS);
-    let mut row_grad = Shared::<[u32]>::new_slice(ROWS);
+    let mut row_grad = Shared::<[usize]>::new_slice(ROWS);
     let mut row_ok = Shared::<[u32]>::new_slice(ROWS);
 
     // The columns this unit gathers at every stage are fixed, so their taps and channels are
@@ -138,7 +139,7 @@ fn wgrad_split_k_kernel<E: Float>(
     let mut load_row = Array::<u32>::new(col_loads);
     let mut h_shift = Array::<u32>::new(col_loads);
     let mut w_shift = Array::<u32>::new(col_loads);
-    let mut ci_offset = Array::<u32>::new(col_loads);
+    let mut ci_offset = Array::<usize>::new(col_loads);
     let mut j_ok = Array::<u32>::new(col_loads);
     #[unroll]
     for i in 0..col_loads {
@@ -154,7 +155,7 @@ fn wgrad_split_k_kernel<E: Float>(
         load_row[i] = r as u32;
         h_shift[i] = ((tap / k_w) * dil_h) as u32;
         w_shift[i] = ((tap % k_w) * dil_w) as u32;
-        ci_offset[i] = ((j % c_in) * in_s3) as u32;
+        ci_offset[i] = (j % c_in) * in_s3;
         j_ok[i] = select(j < j_total, 1u32, 0u32);
     }
     // The gradient values likewise: neighbouring channels, or neighbouring rows.
@@ -177,10 +178,10 @@ fn wgrad_split_k_kernel<E: Float>(
             let oh = rest % out_h;
             let n = rest / out_h;
             let ok = m < row_end;
-            row_image[unit] = (n * input.stride(0)) as u32;
+            row_image[unit] = n * input.stride(0);
             row_h[unit] = select(ok, oh * stride_h, in_h + pad_h) as u32;
             row_w[unit] = (ow * stride_w) as u32;
-            row_grad[unit] = select(ok, n * out_grad.stride(0) + oh * out_grad.stride(1) + ow * out_grad.stride(2), 0) as u32;
+            row_grad[unit] = select(ok, n * out_grad.stride(0) + oh * out_grad.stride(1) + ow * out_grad.stride(2), 0);
             row_ok[unit] = select(ok, 1u32, 0u32);
         }
         sync_cube();
@@ -193,7 +194,7 @@ fn wgrad_split_k_kernel<E: Float>(
             let iw = row_w[r] as usize + w_shift[i] as usize;
             let mut v = 0.0f32;
             if j_ok[i] == 1u32 && ih >= pad_h && iw >= pad_w && ih - pad_h < in_h && iw - pad_w < in_w {
-                v = f32::cast_from(input[row_image[r] as usize + (ih - pad_h) * in_s1 + (iw - pad_w) * in_s2 + ci_offset[i] as usize]);
+                v = f32::cast_from(input[row_image[r] + (ih - pad_h) * in_s1 + (iw - pad_w) * in_s2 + ci_offset[i]]);
             }
             col_stage[r * col_pitch + load_col[i] as usize] = v;
         }
@@ -209,7 +210,7 @@ fn wgrad_split_k_kernel<E: Float>(
             let g_co = co0 + col;
             let mut v = 0.0f32;
             if g_co < c_out && row_ok[r] == 1u32 {
-                v = f32::cast_from(out_grad[row_grad[r] as usize + g_co * g_s3]);
+                v = f32::cast_from(out_grad[row_grad[r] + g_co * g_s3]);
             }
             grad_stage[r * grad_pitch + col] = v;
         }
@@ -294,10 +295,13 @@ pub fn wgrad_split_k<const N: usize>(
     for v in [options.stride[0], options.stride[1], pad[0], pad[1], options.dilation[0], options.dilation[1]] {
         conv.push(v as u32);
     }
+    // 64-bit offsets where a tensor holds more than 2^32 elements (u32 below, as before).
+    let address = address_type!(input, out_grad, partials);
     wgrad_split_k_kernel::launch(
         &client,
         CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
         CubeDim::new_2d(UNITS as u32, UNITS as u32),
+        address,
         input.into_tensor_arg(),
         out_grad.into_tensor_arg(),
         partials.clone().into_tensor_arg(),
