@@ -64,3 +64,29 @@ fn batch_norm_matches_autodiff_of_tensor_operations() {
 fn batch_norm_silu_matches_autodiff_of_tensor_operations() {
     check(true);
 }
+
+/// Only the affine parameters require gradients (a frozen input): the node registers theirs and
+/// none for x; without any gradient required the output is the same and nothing is tracked.
+#[test]
+fn gradients_flow_only_where_required() {
+    let device = Device::flex();
+    let (n, c, h, w) = (2, 4, 3, 5);
+    let x0 = Tensor::<4>::random([n, c, h, w], Distribution::Normal(1.0, 2.0), &device);
+    let w0 = Tensor::<1>::random([c], Distribution::Normal(1.0, 0.5), &device);
+    let b0 = Tensor::<1>::random([c], Distribution::Normal(0.0, 0.5), &device);
+
+    let x = x0.clone().autodiff();
+    let (wt, b) = (w0.clone().autodiff().require_grad(), b0.clone().autodiff().require_grad());
+    let fused = batch_norm_act(x.clone(), wt.clone(), b.clone(), EPS, true);
+    let grads = fused.output.clone().sum().backward();
+    let (wr, br) = (w0.clone().autodiff().require_grad(), b0.clone().autodiff().require_grad());
+    let want_grads = composed(x0.clone().autodiff(), wr.clone(), br.clone(), true).sum().backward();
+    assert!(x.grad(&grads).is_none(), "x does not require a gradient");
+    assert!(max_rel_diff1(&wt.grad(&grads).unwrap(), &wr.grad(&want_grads).unwrap()) < 1e-4, "dweight");
+    assert!(max_rel_diff1(&b.grad(&grads).unwrap(), &br.grad(&want_grads).unwrap()) < 1e-4, "dbias");
+
+    let untracked = batch_norm_act(x0.clone().autodiff(), w0.clone().autodiff(), b0.clone().autodiff(), EPS, true);
+    assert!(max_rel_diff(&untracked.output.inner(), &fused.output.clone().inner()) == 0.0, "same output untracked");
+    let plain = batch_norm_act(x0, w0, b0, EPS, true);
+    assert!(max_rel_diff(&plain.output, &fused.output.inner()) == 0.0, "same output without autodiff");
+}
