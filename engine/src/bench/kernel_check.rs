@@ -10,7 +10,7 @@ use burn::tensor::{Device, Distribution, FloatDType, Tensor};
 use libreyolo_kernels::batch_norm::batch_norm_act;
 use serde::Serialize;
 
-use super::ops::{OpCount, OpSpec, conv_output};
+use super::ops::{OpCount, OpSpec, conv_output, rand, rand_channels_last};
 
 /// One tensor's error at one shape.
 #[derive(Debug, Clone, Serialize)]
@@ -83,9 +83,8 @@ fn flat<const D: usize>(t: Tensor<D>) -> Tensor<1> {
 
 #[allow(clippy::too_many_arguments)]
 fn weight_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, dtype: FloatDType, device: &Device) -> Compared {
-    let rand = |dims: [usize; 4]| Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype);
-    let x = rand(input);
-    let g = rand(conv_output(input, c_out, k, stride, padding));
+    let x = rand(input, dtype, device);
+    let g = rand(conv_output(input, c_out, k, stride, padding), dtype, device);
     let w = Tensor::<4>::zeros([c_out, input[1] / groups, k, k], device).cast(dtype);
     let o = ConvOptions::new([stride; 2], [padding; 2], [1, 1], groups);
     let got = on_cpu(&conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()));
@@ -96,9 +95,9 @@ fn weight_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding
 /// The fused BatchNorm (+ SiLU when `act`) forward and backward on a channels-last input (a
 /// convolution's output) with an offset mean, as after a convolution.
 fn batch_norm(input: [usize; 4], act: bool, dtype: FloatDType, device: &Device) -> Compared {
-    let [n, c, h, w] = input;
-    let x = Tensor::<4>::random([n, h, w, c], Distribution::Normal(0.5, 2.0), device).cast(dtype).permute([0, 3, 1, 2]);
-    let g = Tensor::<4>::random([n, h, w, c], Distribution::Normal(0.0, 1.0), device).cast(dtype).permute([0, 3, 1, 2]);
+    let c = input[1];
+    let x = rand_channels_last(input, Distribution::Normal(0.5, 2.0), dtype, device);
+    let g = rand_channels_last(input, Distribution::Normal(0.0, 1.0), dtype, device);
     let weight = Tensor::<1>::random([c], Distribution::Normal(1.0, 0.5), device);
     let bias = Tensor::<1>::random([c], Distribution::Normal(0.0, 0.5), device);
     let run = |x: Tensor<4>, g: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>| {

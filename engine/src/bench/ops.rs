@@ -146,15 +146,16 @@ pub struct OpTiming {
 /// Launches per timed run: small ops are timed in bursts, so a device sync is not each one's cost.
 pub const REPS: usize = 10;
 
-fn rand(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
+/// A random input uniform in [-1, 1], rounded to `dtype`.
+pub(super) fn rand(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
     Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype)
 }
 
-/// A random `[N, C, H, W]` activation laid out channels-last in memory, as a convolution
-/// returns it (what the network's BatchNorm reads).
-fn rand_channels_last(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
+/// A random `[N, C, H, W]` activation from `distribution`, rounded to `dtype`, laid out
+/// channels-last in memory as a convolution returns it (what the network's BatchNorm reads).
+pub(super) fn rand_channels_last(dims: [usize; 4], distribution: Distribution, dtype: FloatDType, device: &Device) -> Tensor<4> {
     let [n, c, h, w] = dims;
-    rand([n, h, w, c], dtype, device).permute([0, 3, 1, 2])
+    Tensor::<4>::random([n, h, w, c], distribution, device).cast(dtype).permute([0, 3, 1, 2])
 }
 
 /// Times every op of `ops` in `dtype` on the timer's device.
@@ -197,8 +198,8 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 timer.time(&name, || (0..REPS).map(|_| conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())).last())
             }
             OpSpec::BatchNormFwdBwd { input, .. } | OpSpec::SiluFwdBwd { input } => {
-                let x = rand_channels_last(*input, dtype, device);
-                let g = rand_channels_last(*input, dtype, device);
+                let x = rand_channels_last(*input, Distribution::Uniform(-1.0, 1.0), dtype, device);
+                let g = rand_channels_last(*input, Distribution::Uniform(-1.0, 1.0), dtype, device);
                 let c = input[1];
                 let (weight, bias) = (Tensor::<1>::ones([c], device), Tensor::<1>::zeros([c], device));
                 timer.time(&name, || {
