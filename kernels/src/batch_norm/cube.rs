@@ -41,6 +41,7 @@ impl BatchNormActBackend for CubeBackend {
                 plan.rows_per_split,
                 row_stride(&x) / plan.vector,
                 plan.channel_vectors(),
+                plan.channel_lanes(),
                 dtype_to_storage_type(x.dtype),
             );
             kernels::finalize_forward::launch_unchecked(
@@ -106,6 +107,7 @@ impl BatchNormActBackend for CubeBackend {
                 row_stride(&x) / plan.vector,
                 row_stride(&grad) / plan.vector,
                 plan.channel_vectors(),
+                plan.channel_lanes(),
                 act,
                 dtype_to_storage_type(x.dtype),
             );
@@ -205,9 +207,8 @@ impl Plan {
         };
         let vector = [4, 2, 1].into_iter().find(|&v| channels % v == 0 && aligned(v)).unwrap_or(1);
         let mut plan = Self { dims, channels, rows, vector, splits: 1, rows_per_split: rows };
-        let (_, row_lanes) = plan.lanes();
         let blocks = plan.channel_vectors().div_ceil(MAX_CHANNEL_LANES);
-        let by_rows = (rows / (row_lanes * MIN_ROWS_PER_UNIT)).max(1);
+        let by_rows = (rows / (plan.row_lanes() * MIN_ROWS_PER_UNIT)).max(1);
         let splits = TARGET_CUBES.div_ceil(blocks).clamp(1, by_rows);
         plan.rows_per_split = rows.div_ceil(splits);
         plan.splits = rows.div_ceil(plan.rows_per_split);
@@ -218,20 +219,24 @@ impl Plan {
         self.channels / self.vector
     }
 
-    /// `(channel lanes, row lanes)` of a sums cube.
-    fn lanes(&self) -> (usize, usize) {
-        let channel_lanes = self.channel_vectors().min(MAX_CHANNEL_LANES);
-        (channel_lanes, CUBE_UNITS / channel_lanes)
+    /// Channel vectors a sums cube covers; its other units walk rows (`kernels::SumsUnit`).
+    fn channel_lanes(&self) -> usize {
+        self.channel_vectors().min(MAX_CHANNEL_LANES)
     }
 
+    /// Row lanes of a sums cube.
+    fn row_lanes(&self) -> usize {
+        CUBE_UNITS / self.channel_lanes()
+    }
+
+    /// One cube shape for every layer, so each sums kernel compiles once per dtype and vector
+    /// width (a cube shaped by the channel count compiled once per channel count).
     fn sums_dim(&self) -> CubeDim {
-        let (cu, rl) = self.lanes();
-        CubeDim::new_2d(cu as u32, rl as u32)
+        CubeDim::new_1d(CUBE_UNITS as u32)
     }
 
     fn sums_count(&self) -> CubeCount {
-        let (cu, _) = self.lanes();
-        CubeCount::Static(self.channel_vectors().div_ceil(cu) as u32, self.splits as u32, 1)
+        CubeCount::Static(self.channel_vectors().div_ceil(self.channel_lanes()) as u32, self.splits as u32, 1)
     }
 
     /// `[splits, 2, C]` f32 partial sums.

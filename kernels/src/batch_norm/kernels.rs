@@ -43,10 +43,71 @@ fn reduce_row_lanes<N: Size>(values: &mut Shared<[Vector<f32, N>]>, tx: usize, t
     }
 }
 
+/// Where a unit of a sums cube works. The cube is 1-D (`CUBE_UNITS` units) and split into `cu`
+/// channel lanes by `rl = CUBE_UNITS / cu` row lanes at run time, so one compiled kernel serves
+/// every channel count (a 2-D cube shaped by the channel count compiled once per shape); units
+/// past `cu * rl` only take part in the reduction. Cube x = channel block, cube y = split.
+#[derive(CubeType, Clone)]
+struct SumsUnit {
+    /// Channel lane, row lane, and how many of each.
+    tx: usize,
+    ty: usize,
+    cu: usize,
+    rl: usize,
+    /// The unit's channel vector and split, and the split's rows `begin..end`.
+    v: usize,
+    split: usize,
+    begin: usize,
+    end: usize,
+}
+
+#[cube]
+impl SumsUnit {
+    fn new(channel_lanes: usize, rows: usize, rows_per_split: usize) -> SumsUnit {
+        let cu = channel_lanes;
+        let unit = UNIT_POS as usize;
+        let tx = unit % cu;
+        let split = CUBE_POS_Y as usize;
+        let begin = split * rows_per_split;
+        SumsUnit {
+            tx,
+            ty: unit / cu,
+            cu,
+            rl: CUBE_UNITS / cu,
+            v: CUBE_POS_X as usize * cu + tx,
+            split,
+            begin,
+            end: select(begin + rows_per_split < rows, begin + rows_per_split, rows),
+        }
+    }
+
+    /// Whether the unit walks rows: a channel vector of the layer, a row lane in use.
+    fn walks(&self, channel_vectors: usize) -> bool {
+        self.v < channel_vectors && self.ty < self.rl
+    }
+
+    /// Adds the cube's row lanes of `a` and `b` and stores them as the split's two partial
+    /// rows: `partials[split, 0, v] = sum a`, `partials[split, 1, v] = sum b`.
+    fn store_partials<N: Size>(&self, a: Vector<f32, N>, b: Vector<f32, N>, partials: &mut Tensor<Vector<f32, N>>, channel_vectors: usize) {
+        let mut first = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
+        let mut second = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
+        let slot = UNIT_POS as usize;
+        first[slot] = a;
+        second[slot] = b;
+        sync_cube();
+        reduce_row_lanes::<N>(&mut first, self.tx, self.ty, self.cu, self.rl);
+        reduce_row_lanes::<N>(&mut second, self.tx, self.ty, self.cu, self.rl);
+        if self.ty == 0 && self.v < channel_vectors {
+            partials[self.split * 2 * channel_vectors + self.v] = first[self.tx];
+            partials[(self.split * 2 + 1) * channel_vectors + self.v] = second[self.tx];
+        }
+    }
+}
+
 /// Per split and channel, `sum(x - k)` and `sum((x - k)^2)` with `k` the channel's first value
-/// (a shift that keeps the one-pass variance accurate). Cube `(cu, rl)`: `cu` channel vectors
-/// by `rl` row lanes; cube x = channel block, cube y = split. `partials` is `[splits, 2, C]`.
+/// (a shift that keeps the one-pass variance accurate). `partials` is `[splits, 2, C]`.
 #[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
 pub fn forward_sums<E: Float, N: Size>(
     x: &Tensor<Vector<E, N>>,
     partials: &mut Tensor<Vector<f32, N>>,
@@ -54,38 +115,24 @@ pub fn forward_sums<E: Float, N: Size>(
     rows_per_split: usize,
     x_row: usize,
     channel_vectors: usize,
+    channel_lanes: usize,
     #[define(E)] _dtype: ElemType,
 ) {
-    let (tx, ty) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
-    let (cu, rl) = (CUBE_DIM_X as usize, CUBE_DIM_Y as usize);
-    let v = CUBE_POS_X as usize * cu + tx;
-    let split = CUBE_POS_Y as usize;
-    let begin = split * rows_per_split;
-    let end = select(begin + rows_per_split < rows, begin + rows_per_split, rows);
-
+    let unit = SumsUnit::new(channel_lanes, rows, rows_per_split);
     let mut s = Vector::<f32, N>::new(0.0f32);
     let mut q = Vector::<f32, N>::new(0.0f32);
-    if v < channel_vectors {
+    if unit.walks(channel_vectors) {
+        let v = unit.v;
         let k = Vector::<f32, N>::cast_from(x[v]);
-        let mut r = begin + ty;
-        while r < end {
+        let mut r = unit.begin + unit.ty;
+        while r < unit.end {
             let d = Vector::<f32, N>::cast_from(x[r * x_row + v]) - k;
             s += d;
             q += d * d;
-            r += rl;
+            r += unit.rl;
         }
     }
-    let mut sums = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
-    let mut squares = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
-    sums[ty * cu + tx] = s;
-    squares[ty * cu + tx] = q;
-    sync_cube();
-    reduce_row_lanes::<N>(&mut sums, tx, ty, cu, rl);
-    reduce_row_lanes::<N>(&mut squares, tx, ty, cu, rl);
-    if ty == 0 && v < channel_vectors {
-        partials[split * 2 * channel_vectors + v] = sums[tx];
-        partials[(split * 2 + 1) * channel_vectors + v] = squares[tx];
-    }
+    unit.store_partials::<N>(s, q, partials, channel_vectors);
 }
 
 /// Per split and channel, `sum(gy)` and `sum(gy * (x - mean))`, `gy` the gradient before the
@@ -102,42 +149,28 @@ pub fn backward_sums<E: Float, N: Size>(
     x_row: usize,
     grad_row: usize,
     channel_vectors: usize,
+    channel_lanes: usize,
     #[comptime] act: bool,
     #[define(E)] _dtype: ElemType,
 ) {
-    let (tx, ty) = (UNIT_POS_X as usize, UNIT_POS_Y as usize);
-    let (cu, rl) = (CUBE_DIM_X as usize, CUBE_DIM_Y as usize);
-    let v = CUBE_POS_X as usize * cu + tx;
-    let split = CUBE_POS_Y as usize;
-    let begin = split * rows_per_split;
-    let end = select(begin + rows_per_split < rows, begin + rows_per_split, rows);
-
+    let unit = SumsUnit::new(channel_lanes, rows, rows_per_split);
     let mut s1 = Vector::<f32, N>::new(0.0f32);
     let mut s2 = Vector::<f32, N>::new(0.0f32);
-    if v < channel_vectors {
+    if unit.walks(channel_vectors) {
+        let v = unit.v;
         let mean = stats[v];
         let scale = stats[3 * channel_vectors + v];
         let shift = stats[4 * channel_vectors + v];
-        let mut r = begin + ty;
-        while r < end {
+        let mut r = unit.begin + unit.ty;
+        while r < unit.end {
             let xv = Vector::<f32, N>::cast_from(x[r * x_row + v]);
             let gy = pre_activation_grad::<N>(Vector::<f32, N>::cast_from(grad[r * grad_row + v]), xv, scale, shift, act);
             s1 += gy;
             s2 += gy * (xv - mean);
-            r += rl;
+            r += unit.rl;
         }
     }
-    let mut first = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
-    let mut second = Shared::<[Vector<f32, N>]>::new_slice(CUBE_UNITS);
-    first[ty * cu + tx] = s1;
-    second[ty * cu + tx] = s2;
-    sync_cube();
-    reduce_row_lanes::<N>(&mut first, tx, ty, cu, rl);
-    reduce_row_lanes::<N>(&mut second, tx, ty, cu, rl);
-    if ty == 0 && v < channel_vectors {
-        partials[split * 2 * channel_vectors + v] = first[tx];
-        partials[(split * 2 + 1) * channel_vectors + v] = second[tx];
-    }
+    unit.store_partials::<N>(s1, s2, partials, channel_vectors);
 }
 
 /// The gradient before the activation: `g * silu'(y)` with `y = x * scale + shift`, or `g`.
@@ -233,6 +266,17 @@ pub fn finalize_backward(partials: &Tensor<f32>, stats: &Tensor<f32>, coef: &mut
     }
 }
 
+/// The vector an elementwise unit handles: its index `i` in the dense output and its row and
+/// channel vector `(r, v)`; units past `total` end here.
+#[cube]
+fn element_position(total: usize, channel_vectors: usize) -> (usize, usize, usize) {
+    let i = ABSOLUTE_POS;
+    if i >= total {
+        terminate!();
+    }
+    (i, i / channel_vectors, i % channel_vectors)
+}
+
 /// `y = act(x * scale + shift)`, one vector a unit; `y` is dense `rows x C`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn apply_forward<E: Float, N: Size>(
@@ -245,11 +289,7 @@ pub fn apply_forward<E: Float, N: Size>(
     #[comptime] act: bool,
     #[define(E)] _dtype: ElemType,
 ) {
-    let i = ABSOLUTE_POS;
-    if i >= total {
-        terminate!();
-    }
-    let (r, v) = (i / channel_vectors, i % channel_vectors);
+    let (i, r, v) = element_position(total, channel_vectors);
     let mut out = Vector::<f32, N>::cast_from(x[r * x_row + v]) * stats[3 * channel_vectors + v] + stats[4 * channel_vectors + v];
     if act {
         out = out * sigmoid::<N>(out);
@@ -273,11 +313,7 @@ pub fn apply_backward<E: Float, N: Size>(
     #[comptime] act: bool,
     #[define(E)] _dtype: ElemType,
 ) {
-    let i = ABSOLUTE_POS;
-    if i >= total {
-        terminate!();
-    }
-    let (r, v) = (i / channel_vectors, i % channel_vectors);
+    let (i, r, v) = element_position(total, channel_vectors);
     let cv = channel_vectors;
     let xv = Vector::<f32, N>::cast_from(x[r * x_row + v]);
     let scale = stats[3 * cv + v];
