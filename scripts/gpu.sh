@@ -44,7 +44,8 @@ remote)
     bin=/tmp/libreyolo-run
     xz -dc "$GPU_DIR/libreyolo-run.xz" > "$bin" && chmod +x "$bin"
     export LIBREYOLO_KERNEL_CACHE=/tmp/libreyolo-kernels
-    # The driver's PTX -> SASS JIT cache travels with the kernel cache as well.
+    # The driver's PTX -> SASS JIT cache, inside the kernel cache: only PTX kernels use it (the
+    # CUBIN ones our cubecl-cuda emits by default do not; CUBECL_CUDA_NVRTC_TARGET=ptx for A/B).
     export CUDA_CACHE_PATH=$LIBREYOLO_KERNEL_CACHE/nv-compute-cache CUDA_CACHE_MAXSIZE=4294967296
     mkdir -p "$LIBREYOLO_KERNEL_CACHE"
     if [ -f "$GPU_DIR/kernels.tar.xz" ]; then
@@ -73,7 +74,7 @@ remote)
     done
     set -e
     # The warm-up logs first (small, and what a cut-short call most needs back), then the cache
-    # without the driver's JIT cache (hundreds of MB; it rebuilds from the PTX in seconds), and
+    # without the driver's JIT cache (hundreds of MB; unused with CUBIN kernels), and
     # only if it fits what a call returns (16 MB a file).
     for log in autotune-decisions.jsonl compilations.log; do
         [ -f "$LIBREYOLO_KERNEL_CACHE/$log" ] && xz -c "$LIBREYOLO_KERNEL_CACHE/$log" > "$OUT/$log.xz"

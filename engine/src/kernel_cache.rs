@@ -4,14 +4,16 @@
 //! network); cubecl can persist both. By default cubecl stores them under the outermost Cargo
 //! workspace's `target/` or the user cache; we pin one directory so that a run outside the
 //! source tree (the GPU machine) and a run inside it share the cache, and so it can be carried
-//! between machines. The PTX of compiled kernels is kept there too (cubecl's compilation cache,
-//! off by default), and `scripts/gpu.sh` points the driver's own JIT cache (`CUDA_CACHE_PATH`)
-//! inside it. Each warm-up also appends its autotune decisions and kernel compilations
+//! between machines. The compiled kernels are kept there too (cubecl's compilation cache, off by
+//! default): CUBIN for the device's architecture, which our cubecl-cuda patch has NVRTC emit
+//! instead of PTX, so a carried cache loads without the driver's JIT (vendor/README.md). Each
+//! warm-up also appends its autotune decisions and kernel compilations
 //! there (`autotune-decisions.jsonl`, `compilations.log`), so warm-up cost can be attributed.
 
 use std::path::PathBuf;
 
 use cubecl_environment::config::RuntimeConfig;
+use serde::{Deserialize, Serialize};
 use cubecl_runtime::config::CubeClRuntimeConfig;
 
 /// Environment variable naming the cache directory.
@@ -68,7 +70,7 @@ pub fn configure() -> Option<PathBuf> {
     // Environment overrides (CUBECL_AUTOTUNE_LEVEL, CUBECL_DEBUG_LOG, ...) still apply.
     let mut config = CubeClRuntimeConfig::default().override_from_env();
     config.environment.path = cubecl_environment::persistence::CacheConfig::Directory(dir.clone());
-    // Compiled kernels (PTX) persist too: off by default in cubecl, and without it every run
+    // Compiled kernels (CUBIN) persist too: off by default in cubecl, and without it every run
     // recompiles every kernel with NVRTC even when the autotune results are cached.
     config.compilation.cache = true;
     // One JSON line per autotune decision (key, every candidate's time, the winner) and one log
@@ -81,4 +83,39 @@ pub fn configure() -> Option<PathBuf> {
         config.compilation.logger.level = cubecl_runtime::config::compilation::CompilationLogLevel::Basic;
     }
     CubeClRuntimeConfig::try_set(config).then_some(dir)
+}
+
+/// Kernel compilation spent by this process so far: what a warm-up paid NVRTC and the driver
+/// (our cubecl-cuda patch counts it; vendor/README.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompileCost {
+    /// Kernels compiled by NVRTC, and the seconds it took.
+    pub compiled: u64,
+    pub nvrtc_s: f64,
+    /// Modules loaded (compiled or read from the cache), and the seconds `cuModuleLoadData`
+    /// took: the driver's JIT when the artifacts are PTX.
+    pub loaded: u64,
+    pub module_load_s: f64,
+}
+
+/// What this process has compiled so far; `None` when nothing was (the CPU).
+pub fn compile_cost() -> Option<CompileCost> {
+    let s = cubecl_cuda::compile_stats();
+    (s.loaded > 0 || s.compiled > 0).then_some(CompileCost {
+        compiled: s.compiled,
+        nvrtc_s: s.nvrtc_s,
+        loaded: s.loaded,
+        module_load_s: s.module_load_s,
+    })
+}
+
+impl std::fmt::Display for CompileCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = cubecl_cuda::nvrtc_settings().target;
+        write!(
+            f,
+            "{} kernels compiled (NVRTC {:.1} s, {target:?}), {} modules loaded ({:.1} s)",
+            self.compiled, self.nvrtc_s, self.loaded, self.module_load_s
+        )
+    }
 }

@@ -53,6 +53,7 @@ pub struct Profiler {
     /// Seconds since `clock` at the end of the first step, and at the window's start.
     first_step_s: Option<f64>,
     warmup_s: Option<f64>,
+    warmup_compile: Option<crate::kernel_cache::CompileCost>,
 }
 
 /// The step being measured.
@@ -85,6 +86,7 @@ impl Profiler {
             probe_ns: 0,
             first_step_s: None,
             warmup_s: None,
+            warmup_compile: None,
         }
     }
 
@@ -105,7 +107,10 @@ impl Profiler {
         let Some(i) = self.measured_index() else { return };
         if i == 0 {
             self.pages_at_real_start = pool_pages(&self.device);
-            self.warmup_s.get_or_insert(self.clock.elapsed().as_secs_f64());
+            if self.warmup_s.is_none() {
+                self.warmup_s = Some(self.clock.elapsed().as_secs_f64());
+                self.warmup_compile = crate::kernel_cache::compile_cost();
+            }
         }
         if i == self.active / 2 {
             self.pages_per_step = self.pages_at_real_start.zip(pool_pages(&self.device)).map(|(a, b)| b.saturating_sub(a) as f64 / (self.active / 2).max(1) as f64);
@@ -224,6 +229,7 @@ impl Profiler {
             probe_overhead_us_per_step: self.probe_ns as f64 / 1e3 / real as f64,
             first_step_s: self.first_step_s,
             warmup_s: self.warmup_s,
+            warmup_compile: self.warmup_compile,
         };
         analysis::analyse(self.meta, self.warmup, m)
     }
@@ -268,6 +274,9 @@ pub fn report(p: &Profile) -> String {
     }
     if let (Some(first), Some(all)) = (p.window.first_step_s, p.window.warmup_s) {
         let _ = writeln!(s, "  warm-up {all:.1} s before the window ({} steps; the first step {first:.1} s: kernel compilation, autotune, capture)", p.window.warmup);
+        if let Some(cost) = p.window.warmup_compile {
+            let _ = writeln!(s, "  warm-up compilation: {cost}");
+        }
     }
     if let Some(mb) = p.peak_memory_mb {
         let _ = writeln!(s, "  peak pool memory {mb:.0} MB, {:.1} new pool pages/step", p.pool_pages_per_step.unwrap_or(0.0));

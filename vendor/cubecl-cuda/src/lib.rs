@@ -11,6 +11,9 @@ pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
 pub use device::*;
 pub use runtime::*;
 
+/// NVRTC target and options, and the compile time spent (libreyolo-run patch; see vendor/README.md).
+pub use compute::nvrtc::{CompileStats, Settings as NvrtcSettings, Target as NvrtcTarget, compile_stats, settings as nvrtc_settings};
+
 /// NCCL identifiers agreed across processes (libreyolo-run patch; see vendor/README.md).
 pub mod nccl {
     pub use crate::compute::communication::{NCCL_UNIQUE_ID_BYTES, nccl_mint_unique_id, nccl_use_unique_id};

@@ -11,7 +11,7 @@ use cubecl_server::{
 use crate::compiler::{CudaBackend, CudaCompilationOptions, CudaCompiler, CudaRepresentation};
 use crate::compute::events::{EventProfiler, driver_error, poisons_device};
 use crate::compute::stream::Stream;
-use crate::install::{cccl_include_path, include_path};
+use crate::compute::nvrtc;
 use cubecl_core::{
     hash::{StableHash, StableHasher},
     ir::DeviceProperties,
@@ -30,7 +30,6 @@ use cudarc::driver::sys::CUfunc_st;
 use cudarc::driver::sys::{CUctx_st, CUfunction_attribute, CUstream};
 use std::ffi::CString;
 use std::ffi::c_char;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::{ffi::CStr, os::raw::c_void};
 
@@ -116,7 +115,8 @@ impl CudaContext {
         comm_stream: CUstream,
     ) -> Self {
         let fingerprint = cache_namespace(
-            &format!("ptx_sm{}", arch.version),
+            // The artifact kind (CUBIN or PTX) is part of the namespace: see `nvrtc`.
+            &format!("{}_sm{}", nvrtc::artifact_kind(), arch.version),
             backend,
             compilation_options.ptx_version,
         );
@@ -356,7 +356,7 @@ impl CudaContext {
 
         logger.log_compilation(&jitc_kernel);
 
-        let ptx = self.compile_to_ptx(&jitc_kernel.source)?;
+        let ptx = nvrtc::compile(&jitc_kernel.source, &self.arch)?;
 
         let cube_dim = jitc_kernel.cube_dim;
         let io = jitc_kernel.io.take();
@@ -400,68 +400,6 @@ impl CudaContext {
         Ok(())
     }
 
-    /// Compiles `source` to PTX with NVRTC.
-    ///
-    /// # Errors
-    ///
-    /// [`CompilationError::Generic`] carrying the compiler's own log, and the source that
-    /// produced it, so a kernel the compiler refuses says why.
-    fn compile_to_ptx(&self, source: &str) -> Result<Vec<c_char>, CompilationError> {
-        let arch = if self.arch.version >= 90 {
-            format!("--gpu-architecture=sm_{}a", self.arch)
-        } else {
-            format!("--gpu-architecture=sm_{}", self.arch)
-        };
-
-        let include_path = include_path();
-        let include_option = format!("--include-path={}", include_path.to_str().unwrap());
-        let cccl_include_path = cccl_include_path();
-        let cccl_include_option = format!("--include-path={}", cccl_include_path.to_str().unwrap());
-        let mut options = vec![arch.as_str(), include_option.as_str(), "-lineinfo"];
-        if cccl_include_path.exists() {
-            options.push(&cccl_include_option);
-        }
-
-        // SAFETY: Calling NVRTC FFI to create, compile, and extract PTX from a program.
-        // The `CString` source is null-terminated and outlives the program. On compilation
-        // failure, the error log is retrieved and reported before returning.
-        unsafe {
-            // I'd like to set the name to the kernel name, but keep getting UTF-8 errors so let's
-            // leave it `None` for now
-            let c_source = CString::from_str(source).unwrap();
-            let program = cudarc::nvrtc::result::create_program(c_source.as_c_str(), None)
-                .map_err(|err| CompilationError::Generic {
-                    reason: format!("{err}"),
-                    backtrace: BackTrace::capture(),
-                })?;
-            if cudarc::nvrtc::result::compile_program(program, &options).is_err() {
-                let log_raw = cudarc::nvrtc::result::get_program_log(program).map_err(|err| {
-                    CompilationError::Generic {
-                        reason: format!("{err}"),
-                        backtrace: BackTrace::capture(),
-                    }
-                })?;
-
-                let log_ptr = log_raw.as_ptr();
-                let log = CStr::from_ptr(log_ptr).to_str().unwrap();
-                let mut message = "[Compilation Error] ".to_string();
-                for line in log.split('\n') {
-                    if !line.is_empty() {
-                        message += format!("\n    {line}").as_str();
-                    }
-                }
-                Err(CompilationError::Generic {
-                    reason: format!("{message}\n[Source]  \n{source}"),
-                    backtrace: BackTrace::capture(),
-                })?;
-            };
-            cudarc::nvrtc::result::get_ptx(program).map_err(|err| CompilationError::Generic {
-                reason: format!("{err}"),
-                backtrace: BackTrace::capture(),
-            })
-        }
-    }
-
     fn load_ptx(
         &mut self,
         ptx: Vec<c_char>,
@@ -476,6 +414,7 @@ impl CudaContext {
         let func_name = CString::new(entrypoint_name).unwrap();
         // SAFETY: `ptx` is a valid null-terminated PTX binary from NVRTC. `func_name` is a
         // null-terminated `CString` matching the kernel entry point in the compiled module.
+        let started = std::time::Instant::now();
         let func = unsafe {
             let module = cudarc::driver::result::module::load_data(ptx.as_ptr() as *const _)
                 .map_err(|err| match poisons_device(err.0) {
@@ -493,6 +432,7 @@ impl CudaContext {
                 }
             })?
         };
+        nvrtc::record_module_load(started.elapsed());
 
         self.modules.insert(
             kernel_id.clone(),
@@ -595,6 +535,12 @@ fn dump_ptx(kernel_id: &KernelId, ptx: &[c_char]) {
     // ...and is long enough to blow past NAME_MAX on its own.
     let name = &name[name.len().saturating_sub(180)..];
 
+    // NVRTC's CUBIN target (see `nvrtc`) hands back an ELF image, written as it is.
+    let bytes: Vec<u8> = ptx.iter().map(|&c| c as u8).collect();
+    if bytes.starts_with(b"\x7fELF") {
+        let _ = std::fs::write(dir.join(format!("{name}.cubin")), bytes);
+        return;
+    }
     // SAFETY: the PTX handed to the driver is a null-terminated C string.
     let text = unsafe { CStr::from_ptr(ptx.as_ptr()) };
     let _ = std::fs::write(dir.join(format!("{name}.ptx")), text.to_bytes());

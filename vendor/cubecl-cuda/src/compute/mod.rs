@@ -3,6 +3,7 @@ pub(crate) mod communication;
 pub(crate) mod context;
 pub(crate) mod driver;
 pub(crate) mod events;
+pub(crate) mod nvrtc;
 pub(crate) mod storage;
 pub(crate) mod stream;
 
