@@ -13,8 +13,8 @@
 use std::path::PathBuf;
 
 use cubecl_environment::config::RuntimeConfig;
-use serde::{Deserialize, Serialize};
 use cubecl_runtime::config::CubeClRuntimeConfig;
+use serde::{Deserialize, Serialize};
 
 /// Environment variable naming the cache directory.
 pub const CACHE_ENV: &str = "LIBREYOLO_KERNEL_CACHE";

@@ -412,9 +412,10 @@ impl CudaContext {
         dump_ptx(&kernel_id, &ptx);
 
         let func_name = CString::new(entrypoint_name).unwrap();
-        // SAFETY: `ptx` is a valid null-terminated PTX binary from NVRTC. `func_name` is a
-        // null-terminated `CString` matching the kernel entry point in the compiled module.
         let started = std::time::Instant::now();
+        // SAFETY: `ptx` is what NVRTC produced (see `nvrtc`): a CUBIN ELF image, or a
+        // null-terminated PTX text. `func_name` is a null-terminated `CString` matching the
+        // kernel entry point in the compiled module.
         let func = unsafe {
             let module = cudarc::driver::result::module::load_data(ptx.as_ptr() as *const _)
                 .map_err(|err| match poisons_device(err.0) {
