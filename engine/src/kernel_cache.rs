@@ -87,7 +87,7 @@ pub fn configure() -> Option<PathBuf> {
 
 /// Kernel compilation spent by this process so far: what a warm-up paid NVRTC and the driver
 /// (our cubecl-cuda patch counts it; vendor/README.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompileCost {
     /// Kernels compiled by NVRTC, and the seconds it took.
     pub compiled: u64,
@@ -96,16 +96,36 @@ pub struct CompileCost {
     /// took: the driver's JIT when the artifacts are PTX.
     pub loaded: u64,
     pub module_load_s: f64,
+    /// The kinds of kernel that took the most NVRTC time, the most expensive first.
+    #[serde(default)]
+    pub by_kernel: Vec<KernelCompileCost>,
 }
+
+/// NVRTC time of one kind of kernel (`ElemwiseFuse`, `MatmulEntry`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelCompileCost {
+    pub kernel: String,
+    pub compiled: u64,
+    pub nvrtc_s: f64,
+}
+
+/// Kinds of kernel a [`CompileCost`] keeps.
+const KERNEL_KINDS_KEPT: usize = 8;
 
 /// What this process has compiled so far; `None` when nothing was (the CPU).
 pub fn compile_cost() -> Option<CompileCost> {
     let s = cubecl_cuda::compile_stats();
+    let by_kernel = cubecl_cuda::compile_stats_by_kernel()
+        .into_iter()
+        .take(KERNEL_KINDS_KEPT)
+        .map(|k| KernelCompileCost { kernel: k.kernel.to_string(), compiled: k.compiled, nvrtc_s: k.nvrtc_s })
+        .collect();
     (s.loaded > 0 || s.compiled > 0).then_some(CompileCost {
         compiled: s.compiled,
         nvrtc_s: s.nvrtc_s,
         loaded: s.loaded,
         module_load_s: s.module_load_s,
+        by_kernel,
     })
 }
 
@@ -116,6 +136,40 @@ impl std::fmt::Display for CompileCost {
             f,
             "{} kernels compiled (NVRTC {:.1} s, {target:?}), {} modules loaded ({:.1} s)",
             self.compiled, self.nvrtc_s, self.loaded, self.module_load_s
-        )
+        )?;
+        if !self.by_kernel.is_empty() {
+            let kinds: Vec<String> = self.by_kernel.iter().map(|k| format!("{} {} ({:.1} s)", k.kernel, k.compiled, k.nvrtc_s)).collect();
+            write!(f, "; most NVRTC time: {}", kinds.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nothing runs on a GPU in this process: no compile cost to report, so a CPU profile prints
+    /// no compilation line.
+    #[test]
+    fn the_cpu_compiles_nothing() {
+        assert_eq!(compile_cost(), None);
+    }
+
+    /// The warm-up line names the totals and the most expensive kinds of kernel, in order.
+    #[test]
+    fn the_compile_cost_names_its_most_expensive_kernels() {
+        let kind = |kernel: &str, compiled, nvrtc_s| KernelCompileCost { kernel: kernel.into(), compiled, nvrtc_s };
+        let cost = CompileCost {
+            compiled: 616,
+            nvrtc_s: 72.84,
+            loaded: 616,
+            module_load_s: 0.07,
+            by_kernel: vec![kind("ElemwiseFuse", 480, 40.12), kind("MatmulEntry", 60, 20.3)],
+        };
+        let line = cost.to_string();
+        assert!(line.starts_with("616 kernels compiled (NVRTC 72.8 s, Cubin), 616 modules loaded (0.1 s)"), "{line}");
+        assert!(line.ends_with("; most NVRTC time: ElemwiseFuse 480 (40.1 s), MatmulEntry 60 (20.3 s)"), "{line}");
+        assert!(!CompileCost { by_kernel: vec![], ..cost }.to_string().contains("most NVRTC time"));
     }
 }

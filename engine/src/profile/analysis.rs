@@ -369,7 +369,7 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
     let batch = meta.batch;
     Profile {
         schema: SCHEMA.into(),
-        window: Window { warmup, real_steps: real.len(), synced_steps: synced.len(), first_step_s: m.first_step_s, warmup_s: m.warmup_s, warmup_compile: m.warmup_compile },
+        window: Window { warmup, real_steps: real.len(), synced_steps: synced.len(), first_step_s: m.first_step_s, warmup_s: m.warmup_s, warmup_compile: m.warmup_compile.clone() },
         real: Real {
             step_ms,
             step_ms_min: fastest_step_ms(&real, &synced),

@@ -229,7 +229,7 @@ impl Profiler {
             probe_overhead_us_per_step: self.probe_ns as f64 / 1e3 / real as f64,
             first_step_s: self.first_step_s,
             warmup_s: self.warmup_s,
-            warmup_compile: self.warmup_compile,
+            warmup_compile: self.warmup_compile.take(),
         };
         analysis::analyse(self.meta, self.warmup, m)
     }
@@ -274,7 +274,7 @@ pub fn report(p: &Profile) -> String {
     }
     if let (Some(first), Some(all)) = (p.window.first_step_s, p.window.warmup_s) {
         let _ = writeln!(s, "  warm-up {all:.1} s before the window ({} steps; the first step {first:.1} s: kernel compilation, autotune, capture)", p.window.warmup);
-        if let Some(cost) = p.window.warmup_compile {
+        if let Some(cost) = &p.window.warmup_compile {
             let _ = writeln!(s, "  warm-up compilation: {cost}");
         }
     }

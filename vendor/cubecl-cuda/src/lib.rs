@@ -12,7 +12,10 @@ pub use device::*;
 pub use runtime::*;
 
 /// NVRTC target and options, and the compile time spent (libreyolo-run patch; see vendor/README.md).
-pub use compute::nvrtc::{CompileStats, Settings as NvrtcSettings, Target as NvrtcTarget, compile_stats, settings as nvrtc_settings};
+pub use compute::nvrtc::{
+    CompileStats, KernelCompileStats, Settings as NvrtcSettings, Target as NvrtcTarget, compile_stats,
+    compile_stats_by_kernel, settings as nvrtc_settings,
+};
 
 /// NCCL identifiers agreed across processes (libreyolo-run patch; see vendor/README.md).
 pub mod nccl {

@@ -356,7 +356,7 @@ impl CudaContext {
 
         logger.log_compilation(&jitc_kernel);
 
-        let ptx = nvrtc::compile(&jitc_kernel.source, &self.arch)?;
+        let ptx = nvrtc::compile(&jitc_kernel.source, &self.arch, kernel_id.short_name())?;
 
         let cube_dim = jitc_kernel.cube_dim;
         let io = jitc_kernel.io.take();

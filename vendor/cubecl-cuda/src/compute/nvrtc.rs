@@ -12,13 +12,15 @@
 //! - `CUBECL_CUDA_NVRTC_OPTIONS="-lineinfo -pch"` — extra NVRTC options, whitespace-separated
 //!   (upstream always passed `-lineinfo`; `-pch` is NVRTC's automatic precompiled header).
 //!
-//! [`compile_stats`] reports the time spent, so warm-up can be attributed.
+//! [`compile_stats`] reports the time spent, and [`compile_stats_by_kernel`] which kernels
+//! spent it, so warm-up can be attributed.
 
 use cubecl_cpp::cuda::arch::CudaArchitecture;
 use cubecl_environment::backtrace::BackTrace;
 use cubecl_server::compiler::CompilationError;
 use std::ffi::{CStr, CString, c_char};
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -97,6 +99,27 @@ pub fn compile_stats() -> CompileStats {
     }
 }
 
+/// NVRTC time of one kind of kernel (its type name's last segment, e.g. `ElemwiseFuse`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelCompileStats {
+    pub kernel: &'static str,
+    pub compiled: u64,
+    pub nvrtc_s: f64,
+}
+
+static BY_KERNEL: Mutex<BTreeMap<&'static str, (u64, Duration)>> = Mutex::new(BTreeMap::new());
+
+/// NVRTC time per kind of kernel so far, the most expensive first.
+pub fn compile_stats_by_kernel() -> Vec<KernelCompileStats> {
+    let by_kernel = BY_KERNEL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut rows: Vec<KernelCompileStats> = by_kernel
+        .iter()
+        .map(|(&kernel, &(compiled, total))| KernelCompileStats { kernel, compiled, nvrtc_s: total.as_secs_f64() })
+        .collect();
+    rows.sort_by(|a, b| b.nvrtc_s.total_cmp(&a.nvrtc_s));
+    rows
+}
+
 fn add(counter: &AtomicU64, total: &AtomicU64, elapsed: Duration) {
     counter.fetch_add(1, Ordering::Relaxed);
     total.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
@@ -107,15 +130,21 @@ pub(crate) fn record_module_load(elapsed: Duration) {
     add(&LOADED, &LOAD_NS, elapsed);
 }
 
-/// Compiles `source` for `arch` to this process's [`Target`].
+/// Compiles `source` for `arch` to this process's [`Target`]; `kernel` names its kind in
+/// [`compile_stats_by_kernel`].
 ///
 /// # Errors
 /// [`CompilationError::Generic`] carrying the compiler's own log and the source that produced
 /// it, so a kernel the compiler refuses says why.
-pub(crate) fn compile(source: &str, arch: &CudaArchitecture) -> Result<Vec<c_char>, CompilationError> {
+pub(crate) fn compile(source: &str, arch: &CudaArchitecture, kernel: &'static str) -> Result<Vec<c_char>, CompilationError> {
     let started = Instant::now();
     let result = compile_untimed(source, arch);
-    add(&COMPILED, &NVRTC_NS, started.elapsed());
+    let elapsed = started.elapsed();
+    add(&COMPILED, &NVRTC_NS, elapsed);
+    let mut by_kernel = BY_KERNEL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let entry = by_kernel.entry(kernel).or_default();
+    entry.0 += 1;
+    entry.1 += elapsed;
     result
 }
 
