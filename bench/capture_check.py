@@ -35,9 +35,14 @@ MODES = {
     # operation order grow over the steps.
     "two_graphs_uncaptured": ["cuda_graph=true", "capture.threshold=1000000"],
     "whole_step_uncaptured": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
+    # The same without the dry run that compiles the step's kernels first (engine/src/precompile.rs):
+    # the dry run must leave training exactly as it was.
+    "whole_step_uncaptured_no_dry_run": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
+# A mode's environment, beside the caller's.
+ENVS = {"whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}}
 # (run, the run it is compared with)
-PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager")]
+PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
@@ -79,7 +84,8 @@ def main():
     pairs = [(a, b) for a, b in PAIRS if a in modes and b in modes]
     for mode, extra in modes.items():
         cmd = [binary, "manifests/yolo9t.toml", "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
-        run = subprocess.run(cmd + settings + extra, cwd=ROOT, capture_output=True, text=True)
+        env = {**os.environ, **ENVS.get(mode, {})}
+        run = subprocess.run(cmd + settings + extra, cwd=ROOT, capture_output=True, text=True, env=env)
         logs[mode] = [l[l.index("cuda_graph"):] for l in run.stderr.splitlines() if "cuda_graph" in l]
         if run.returncode != 0:
             sys.exit(f"{mode} failed ({run.returncode}):\n{run.stderr[-3000:]}")

@@ -89,9 +89,15 @@ pub fn configure() -> Option<PathBuf> {
 /// (our cubecl-cuda patch counts it; vendor/README.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompileCost {
-    /// Kernels compiled by NVRTC, and the seconds it took.
+    /// Kernels compiled by NVRTC, and the seconds it took (summed over the compiler threads).
     pub compiled: u64,
     pub nvrtc_s: f64,
+    /// Of those, the kernels a dry run compiled in the background ([`crate::precompile`]), and
+    /// the seconds launches waited for them.
+    #[serde(default)]
+    pub background: u64,
+    #[serde(default)]
+    pub waited_s: f64,
     /// Modules loaded (compiled or read from the cache), and the seconds `cuModuleLoadData`
     /// took: the driver's JIT when the artifacts are PTX.
     pub loaded: u64,
@@ -123,6 +129,8 @@ pub fn compile_cost() -> Option<CompileCost> {
     (s.loaded > 0 || s.compiled > 0).then_some(CompileCost {
         compiled: s.compiled,
         nvrtc_s: s.nvrtc_s,
+        background: s.background,
+        waited_s: s.waited_s,
         loaded: s.loaded,
         module_load_s: s.module_load_s,
         by_kernel,
@@ -134,9 +142,13 @@ impl std::fmt::Display for CompileCost {
         let target = cubecl_cuda::nvrtc_settings().target;
         write!(
             f,
-            "{} kernels compiled (NVRTC {:.1} s, {target:?}), {} modules loaded ({:.1} s)",
-            self.compiled, self.nvrtc_s, self.loaded, self.module_load_s
+            "{} kernels compiled (NVRTC {:.1} s, {target:?}",
+            self.compiled, self.nvrtc_s
         )?;
+        if self.background > 0 {
+            write!(f, "; {} on the compiler threads, waited for {:.1} s", self.background, self.waited_s)?;
+        }
+        write!(f, "), {} modules loaded ({:.1} s)", self.loaded, self.module_load_s)?;
         if !self.by_kernel.is_empty() {
             let kinds: Vec<String> = self.by_kernel.iter().map(|k| format!("{} {} ({:.1} s)", k.kernel, k.compiled, k.nvrtc_s)).collect();
             write!(f, "; most NVRTC time: {}", kinds.join(", "))?;
@@ -163,6 +175,8 @@ mod tests {
         let cost = CompileCost {
             compiled: 616,
             nvrtc_s: 72.84,
+            background: 0,
+            waited_s: 0.0,
             loaded: 616,
             module_load_s: 0.07,
             by_kernel: vec![kind("ElemwiseFuse", 480, 40.12), kind("MatmulEntry", 60, 20.3)],
@@ -170,6 +184,8 @@ mod tests {
         let line = cost.to_string();
         assert!(line.starts_with("616 kernels compiled (NVRTC 72.8 s, Cubin), 616 modules loaded (0.1 s)"), "{line}");
         assert!(line.ends_with("; most NVRTC time: ElemwiseFuse 480 (40.1 s), MatmulEntry 60 (20.3 s)"), "{line}");
-        assert!(!CompileCost { by_kernel: vec![], ..cost }.to_string().contains("most NVRTC time"));
+        assert!(!CompileCost { by_kernel: vec![], ..cost.clone() }.to_string().contains("most NVRTC time"));
+        let threaded = CompileCost { background: 600, waited_s: 6.27, ..cost }.to_string();
+        assert!(threaded.starts_with("616 kernels compiled (NVRTC 72.8 s, Cubin; 600 on the compiler threads, waited for 6.3 s), 616 modules"), "{threaded}");
     }
 }

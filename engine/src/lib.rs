@@ -15,6 +15,7 @@ pub mod kernel_cache;
 pub mod manifest;
 pub mod network;
 pub mod parity;
+pub mod precompile;
 pub mod predict;
 pub mod profile;
 pub mod train;

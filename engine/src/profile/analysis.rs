@@ -91,7 +91,8 @@ pub struct Window {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Real {
     pub step_ms: f64,
-    /// Fastest step (of the synced half: see `fastest_step_ms`) and median real step.
+    /// Fastest real step (steps that returned before their device work left out: see
+    /// `fastest_step_ms`) and median real step.
     #[serde(default)]
     pub step_ms_min: f64,
     #[serde(default)]
@@ -262,12 +263,16 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { 0.0 } else { s / n as f64 }
 }
 
-/// The fastest step, from the synced half: an unsynced step can return before the device has
-/// done its work (a captured step is one queued replay), so its time is the host's alone (7 ms
-/// for a 70 ms whole-step replay on the H200). The real half only when nothing was synced.
-fn fastest_step_ms(real: &[&StepRecord], synced: &[&StepRecord]) -> f64 {
-    let pool = if synced.is_empty() { real } else { synced };
-    Some(pool.iter().map(|s| s.dur_ms).fold(f64::INFINITY, f64::min)).filter(|m| m.is_finite()).unwrap_or(0.0)
+/// The fastest real step that did its work, as the median counts steps. An unsynced step can
+/// return before the device has done its work (a captured step is one queued replay): its time
+/// is the host's alone (7 ms where the H200 replays a 70 ms whole step), so steps under half the
+/// median are left out. Not the synced half: its probes sync at every stage, which serializes
+/// a host-bound eager step (977 ms where the real half's median was 650). The synced half only
+/// when nothing real was measured.
+fn fastest_step_ms(real: &[&StepRecord], synced: &[&StepRecord], median_ms: f64) -> f64 {
+    let fastest = |steps: &[&StepRecord]| steps.iter().map(|s| s.dur_ms).filter(|&d| d >= median_ms / 2.0).fold(f64::INFINITY, f64::min);
+    let m = if real.is_empty() { fastest(synced) } else { fastest(real) };
+    if m.is_finite() { m } else { 0.0 }
 }
 
 /// Analyses `m` measured with `meta`; `warmup` steps were discarded before it.
@@ -367,17 +372,18 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
     let (bound, why) = verdict(inputs);
     let util = if step_ms > 0.0 { busy / step_ms } else { 0.0 };
     let batch = meta.batch;
+    let step_ms_median = {
+        let mut d: Vec<f64> = real.iter().map(|s| s.dur_ms).collect();
+        d.sort_by(f64::total_cmp);
+        d.get(d.len() / 2).copied().unwrap_or(0.0)
+    };
     Profile {
         schema: SCHEMA.into(),
         window: Window { warmup, real_steps: real.len(), synced_steps: synced.len(), first_step_s: m.first_step_s, warmup_s: m.warmup_s, warmup_compile: m.warmup_compile.clone() },
         real: Real {
             step_ms,
-            step_ms_min: fastest_step_ms(&real, &synced),
-            step_ms_median: {
-                let mut d: Vec<f64> = real.iter().map(|s| s.dur_ms).collect();
-                d.sort_by(f64::total_cmp);
-                d.get(d.len() / 2).copied().unwrap_or(0.0)
-            },
+            step_ms_min: fastest_step_ms(&real, &synced, step_ms_median),
+            step_ms_median,
             dataload_ms,
             compute_ms: step_ms - dataload_ms,
             img_per_s: if step_ms > 0.0 { batch as f64 / (step_ms / 1000.0) } else { 0.0 },
@@ -477,7 +483,13 @@ mod tests {
         let p = analyse(Meta { batch: 8, ..Default::default() }, 5, m);
         assert_eq!(p.real.step_ms, 50.0); // real half only
         assert_eq!(p.real.step_ms_median, 60.0);
-        assert_eq!(p.real.step_ms_min, 80.0); // synced half: an unsynced step may not have run yet
+        assert_eq!(p.real.step_ms_min, 40.0); // the real half, as the median
+        // A step under half the median returned before the device did its work (a queued
+        // replay); the synced half's times are not the real half's (probes at every stage).
+        let real: Vec<StepRecord> = [7.0, 70.0, 72.0, 75.0].into_iter().enumerate().map(|(i, d)| step(i, false, d, 0.0)).collect();
+        let synced = [step(9, true, 150.0, 0.0)];
+        assert_eq!(fastest_step_ms(&real.iter().collect::<Vec<_>>(), &[&synced[0]], 72.0), 70.0);
+        assert_eq!(fastest_step_ms(&[], &[&synced[0]], 0.0), 150.0);
         assert_eq!(p.real.dataload_ms, 10.0);
         assert!((p.real.img_per_s - 160.0).abs() < 1e-9);
         assert_eq!(p.gpu_busy_ms_per_step, 20.0); // 40 ms over 2 synced steps

@@ -145,6 +145,15 @@ impl SegmentSpec {
         }
     }
 
+    /// Compiles the kernels of a run on `images` and `targets` without running it
+    /// ([`crate::precompile`]), and leaves the state as it was.
+    fn precompile(&self, device: &Device, images: Tensor<4>, targets: Tensor<3>) {
+        let saved = self.snapshot();
+        let dims = images.dims();
+        crate::precompile::dry_run(device, &format!("captured step on {dims:?}"), || self.run(images, targets));
+        self.restore(&saved);
+    }
+
     /// A deep copy of every tensor the whole step writes (parameters and BatchNorm statistics,
     /// optimizer state, EMA), to undo the capture's warm-up runs.
     fn snapshot(&self) -> Vec<Saved> {
@@ -401,6 +410,11 @@ impl Trainer<'_> {
         };
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };
         let key = ops.key();
+        if let Some(done) = self.precompiled.as_mut()
+            && done.insert(key.clone())
+        {
+            spec.precompile(&self.device, ops.images.clone(), ops.targets.clone());
+        }
         let graphs = self.graphs.as_mut().expect("run_segment needs the capture manager");
         let before = graphs.replays();
         let out = graphs.run(&key, &mut ops);

@@ -29,6 +29,7 @@ use cudarc::driver::DriverError;
 use cudarc::driver::sys::CUfunc_st;
 use cudarc::driver::sys::{CUctx_st, CUfunction_attribute, CUstream};
 use std::ffi::CString;
+use std::collections::HashMap;
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::{ffi::CStr, os::raw::c_void};
@@ -60,6 +61,29 @@ pub(crate) struct CudaContext {
     pub compilation_options: CudaCompilationOptions,
     pub properties: DeviceProperties,
     build_id: StableHash,
+    /// Kernels a dry run handed to the NVRTC compiler threads, loaded at their first real
+    /// launch (libreyolo-run patch; see [`nvrtc::compile_in_background`]).
+    pending: HashMap<KernelId, Pending>,
+}
+
+/// A kernel compiling on the NVRTC compiler threads, and what loading it will need.
+#[derive(Debug)]
+struct Pending {
+    compilation: nvrtc::Background,
+    artifact: Unloaded,
+}
+
+/// Everything of a compiled kernel but the artifact NVRTC produces: what
+/// [`CudaContext::store_and_load`] needs besides it.
+#[derive(Debug)]
+struct Unloaded {
+    key: Option<KernelCacheKey>,
+    cpp_hash: Option<StableHash>,
+    entrypoint_name: String,
+    cube_dim: CubeDim,
+    shared_mem_bytes: usize,
+    io: Option<Vec<BufferIOAttr>>,
+    recording: CompilationRecording,
 }
 
 #[derive(Debug)]
@@ -134,6 +158,7 @@ impl CudaContext {
             compilation_options,
             properties,
             build_id: build_id_hash(),
+            pending: HashMap::new(),
         }
     }
 
@@ -185,13 +210,22 @@ impl CudaContext {
         Ok(Err(key))
     }
 
-    /// Compiles a kernel.
+    /// Compiles a kernel. With `background` (a dry run's launch, which runs nothing), NVRTC
+    /// compiles it on the compiler threads and the kernel loads at its first real launch.
     pub fn compile_kernel(
         &mut self,
         kernel_id: &KernelId,
         kernel: Box<dyn CubeKernel>,
         logger: Arc<ServerLogger>,
+        background: bool,
     ) -> Result<(), LaunchError> {
+        if background && self.pending.contains_key(kernel_id) {
+            return Ok(());
+        }
+        if let Some(pending) = self.pending.remove(kernel_id) {
+            let artifact = pending.compilation.wait()?;
+            return self.store_and_load(kernel_id, pending.artifact, artifact);
+        }
         let mut recording = CompilationRecording::new(kernel_id);
         let key = match self.try_load_cached(kernel_id)? {
             Ok(()) => {
@@ -218,7 +252,7 @@ impl CudaContext {
         self.validate_shared(&jitc_kernel.repr)?;
         recording.source(&jitc_kernel.source);
 
-        self.load_jit_kernel(kernel_id, key, jitc_kernel, logger, recording)
+        self.load_jit_kernel(kernel_id, key, jitc_kernel, logger, recording, background)
     }
 
     /// Loads what the compiler produced, by the route that backend's output takes, and closes
@@ -230,10 +264,11 @@ impl CudaContext {
         jitc_kernel: CompiledKernel<CudaCompiler>,
         logger: Arc<ServerLogger>,
         recording: CompilationRecording,
+        background: bool,
     ) -> Result<(), LaunchError> {
         match &jitc_kernel.repr {
             Some(CudaRepresentation::Cpp(_)) => {
-                self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording)
+                self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording, background)
             }
             Some(CudaRepresentation::Llvm(_)) => {
                 self.load_emitted_ptx(kernel_id, key, jitc_kernel, logger, recording)
@@ -244,7 +279,7 @@ impl CudaContext {
             // from the dialect and has no route for text.
             None => match CudaBackend::default() {
                 CudaBackend::Cpp => {
-                    self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording)
+                    self.load_transpiled(kernel_id, key, jitc_kernel, logger, recording, background)
                 }
                 CudaBackend::Llvm => Err(CompilationError::Generic {
                     reason: "the LLVM backend cannot load a precompiled kernel: it has no text to \
@@ -315,7 +350,8 @@ impl CudaContext {
     }
 
     /// Turns a kernel the C++ backend just transpiled into a loaded module, by running its
-    /// source through NVRTC first.
+    /// source through NVRTC first — on the compiler threads with `background`, the module then
+    /// loading at the kernel's next launch that is not `background`.
     fn load_transpiled(
         &mut self,
         kernel_id: &KernelId,
@@ -323,6 +359,7 @@ impl CudaContext {
         mut jitc_kernel: CompiledKernel<CudaCompiler>,
         logger: Arc<ServerLogger>,
         recording: CompilationRecording,
+        background: bool,
     ) -> Result<(), LaunchError> {
         if logger.compilation_source_activated() {
             jitc_kernel.debug_info = Some(DebugInformation::new("cpp", kernel_id.clone()));
@@ -356,10 +393,6 @@ impl CudaContext {
 
         logger.log_compilation(&jitc_kernel);
 
-        let ptx = nvrtc::compile(&jitc_kernel.source, &self.arch, kernel_id.short_name())?;
-
-        let cube_dim = jitc_kernel.cube_dim;
-        let io = jitc_kernel.io.take();
         // A precompiled kernel has no representation to read the size from: it declares its
         // shared memory statically, so the launch reserves none.
         let shared_mem_bytes = jitc_kernel
@@ -367,7 +400,33 @@ impl CudaContext {
             .as_ref()
             .map(|repr| repr.shared_memory_size())
             .unwrap_or(0);
+        let artifact = Unloaded {
+            key,
+            cpp_hash,
+            entrypoint_name: jitc_kernel.entrypoint_name,
+            cube_dim: jitc_kernel.cube_dim,
+            shared_mem_bytes,
+            io: jitc_kernel.io.take(),
+            recording,
+        };
+        if background {
+            let compilation =
+                nvrtc::compile_in_background(jitc_kernel.source, self.arch.version, kernel_id.short_name());
+            self.pending.insert(kernel_id.clone(), Pending { compilation, artifact });
+            return Ok(());
+        }
+        let ptx = nvrtc::compile(&jitc_kernel.source, self.arch.version, kernel_id.short_name())?;
+        self.store_and_load(kernel_id, artifact, ptx)
+    }
 
+    /// Persists what NVRTC produced for `kernel_id` (when there is a cache) and loads it.
+    fn store_and_load(
+        &mut self,
+        kernel_id: &KernelId,
+        artifact: Unloaded,
+        ptx: Vec<c_char>,
+    ) -> Result<(), LaunchError> {
+        let Unloaded { key, cpp_hash, entrypoint_name, cube_dim, shared_mem_bytes, io, recording } = artifact;
         let stored = match &mut self.ptx_cache {
             Some(cache) => {
                 let second_line_cache = self.second_line_ptx_cache.as_mut().unwrap();
@@ -376,7 +435,7 @@ impl CudaContext {
                     cache,
                     key,
                     PtxCacheEntry {
-                        entrypoint_name: jitc_kernel.entrypoint_name.clone(),
+                        entrypoint_name: entrypoint_name.clone(),
                         shared_mem_bytes,
                         ptx: ptx.clone(),
                         io: io.clone(),
@@ -391,7 +450,7 @@ impl CudaContext {
         self.load_ptx(
             ptx,
             kernel_id.clone(),
-            jitc_kernel.entrypoint_name,
+            entrypoint_name,
             cube_dim,
             shared_mem_bytes,
             io.map(Arc::from),

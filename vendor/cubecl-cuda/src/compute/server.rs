@@ -652,7 +652,10 @@ impl CudaServer {
             return false;
         }
         let logger = self.streams.logger.clone();
-        let Err(err) = self.ctx.compile_kernel(kernel_id, kernel, logger) else {
+        // A dry run's launch runs nothing, so nothing waits for its kernel: NVRTC compiles it
+        // on the compiler threads (libreyolo-run patch, `nvrtc::compile_in_background`).
+        let background = launch_mode.is_skipped();
+        let Err(err) = self.ctx.compile_kernel(kernel_id, kernel, logger, background) else {
             return false;
         };
         if !launch_mode.is_skipped() {
