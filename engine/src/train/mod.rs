@@ -97,9 +97,9 @@ pub struct Trainer<'a> {
     graphs: Option<crate::capture::CaptureManager<segment::SegmentGraph>>,
     /// This trainer's place in a data-parallel run (alone: rank 0 of 1).
     replica: Replica,
-    /// The input shapes whose captured step was dry-run to compile its kernels on every core
+    /// Which captured steps run as a dry run first, to compile their kernels on every core
     /// ([`crate::precompile`]); `None` where that is not done.
-    precompiled: Option<std::collections::HashSet<crate::capture::ShapeKey>>,
+    precompile: Option<crate::precompile::Precompile>,
 }
 
 struct ProfileOut {
@@ -256,7 +256,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         graphs: None,
         fixed_batch: None,
         replica: replica.clone(),
-        precompiled: crate::precompile::wanted(resolved.backend, world).then(Default::default),
+        precompile: crate::precompile::wanted(resolved.backend, world).then(|| crate::precompile::Precompile::load(&crate::kernel_cache::cache_dir())),
     };
     // Under several GPUs each rank captures its own graphs where that is safe
     // (`capture_plan::data_parallel_capture`); LibreYOLO disables cuda_graph under DDP altogether.
