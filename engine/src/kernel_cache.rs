@@ -98,6 +98,12 @@ pub struct CompileCost {
     pub background: u64,
     #[serde(default)]
     pub waited_s: f64,
+    /// Seconds the launching thread spent in NVRTC (everything outside a dry run) and defining
+    /// and transpiling kernels: with a dry run, what its compiler threads did not take over.
+    #[serde(default)]
+    pub foreground_nvrtc_s: f64,
+    #[serde(default)]
+    pub transpile_s: f64,
     /// Modules loaded (compiled or read from the cache), and the seconds `cuModuleLoadData`
     /// took: the driver's JIT when the artifacts are PTX.
     pub loaded: u64,
@@ -131,6 +137,8 @@ pub fn compile_cost() -> Option<CompileCost> {
         nvrtc_s: s.nvrtc_s,
         background: s.background,
         waited_s: s.waited_s,
+        foreground_nvrtc_s: s.foreground_nvrtc_s,
+        transpile_s: s.transpile_s,
         loaded: s.loaded,
         module_load_s: s.module_load_s,
         by_kernel,
@@ -146,7 +154,11 @@ impl std::fmt::Display for CompileCost {
             self.compiled, self.nvrtc_s
         )?;
         if self.background > 0 {
-            write!(f, "; {} on the compiler threads, waited for {:.1} s", self.background, self.waited_s)?;
+            write!(
+                f,
+                "; {} on the compiler threads, waited for {:.1} s; launching thread: NVRTC {:.1} s, transpiling {:.1} s",
+                self.background, self.waited_s, self.foreground_nvrtc_s, self.transpile_s
+            )?;
         }
         write!(f, "), {} modules loaded ({:.1} s)", self.loaded, self.module_load_s)?;
         if !self.by_kernel.is_empty() {
@@ -177,6 +189,8 @@ mod tests {
             nvrtc_s: 72.84,
             background: 0,
             waited_s: 0.0,
+            foreground_nvrtc_s: 72.84,
+            transpile_s: 3.0,
             loaded: 616,
             module_load_s: 0.07,
             by_kernel: vec![kind("ElemwiseFuse", 480, 40.12), kind("MatmulEntry", 60, 20.3)],
@@ -185,7 +199,10 @@ mod tests {
         assert!(line.starts_with("616 kernels compiled (NVRTC 72.8 s, Cubin), 616 modules loaded (0.1 s)"), "{line}");
         assert!(line.ends_with("; most NVRTC time: ElemwiseFuse 480 (40.1 s), MatmulEntry 60 (20.3 s)"), "{line}");
         assert!(!CompileCost { by_kernel: vec![], ..cost.clone() }.to_string().contains("most NVRTC time"));
-        let threaded = CompileCost { background: 600, waited_s: 6.27, ..cost }.to_string();
-        assert!(threaded.starts_with("616 kernels compiled (NVRTC 72.8 s, Cubin; 600 on the compiler threads, waited for 6.3 s), 616 modules"), "{threaded}");
+        let threaded = CompileCost { background: 600, waited_s: 6.27, foreground_nvrtc_s: 9.04, ..cost }.to_string();
+        assert!(
+            threaded.starts_with("616 kernels compiled (NVRTC 72.8 s, Cubin; 600 on the compiler threads, waited for 6.3 s; launching thread: NVRTC 9.0 s, transpiling 3.0 s), 616 modules"),
+            "{threaded}"
+        );
     }
 }

@@ -509,7 +509,7 @@ mod tests {
     fn trained(spec: &SegmentSpec) -> Vec<f32> {
         let params = spec.params.borrow();
         let flat = params.entries().iter().filter(|e| e.role.is_trainable()).filter_map(|e| e.value.flat());
-        flat.flat_map(|t| t.into_data().convert::<f32>().to_vec::<f32>().unwrap()).collect()
+        flat.flat_map(|t| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()).collect()
     }
 
     /// A data-parallel rank's update steps with the all-reduced gradients: the reduce runs

@@ -240,6 +240,7 @@ impl CudaContext {
         validate_cube_dim(&self.properties, kernel_id)?;
         validate_units(&self.properties, kernel_id)?;
 
+        let transpiling = std::time::Instant::now();
         let definition = cubecl_core::define_kernel(&*kernel)?;
         recording.defined(&definition);
         let jitc_kernel = CompiledKernel::compile(
@@ -248,6 +249,7 @@ impl CudaContext {
             &mut CudaCompiler::default(),
             &self.compilation_options,
         )?;
+        nvrtc::record_transpile(transpiling.elapsed());
 
         self.validate_shared(&jitc_kernel.repr)?;
         recording.source(&jitc_kernel.source);

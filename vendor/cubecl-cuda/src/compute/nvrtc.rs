@@ -83,6 +83,10 @@ pub struct CompileStats {
     pub background: u64,
     /// Seconds the launching threads waited for those to finish.
     pub waited_s: f64,
+    /// Of `nvrtc_s`, the seconds on the launching threads (every compilation outside a dry run).
+    pub foreground_nvrtc_s: f64,
+    /// Seconds the launching threads spent defining kernels and transpiling them to CUDA C++.
+    pub transpile_s: f64,
     /// Modules loaded (compiled now or read from the persistent cache).
     pub loaded: u64,
     /// Seconds inside `cuModuleLoadData`: the driver's JIT for PTX, a copy for CUBIN.
@@ -93,6 +97,8 @@ static LOADED: AtomicU64 = AtomicU64::new(0);
 static LOAD_NS: AtomicU64 = AtomicU64::new(0);
 static BACKGROUND: AtomicU64 = AtomicU64::new(0);
 static WAITED_NS: AtomicU64 = AtomicU64::new(0);
+static FOREGROUND_NS: AtomicU64 = AtomicU64::new(0);
+static TRANSPILE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Compile time spent by this process so far, over all devices.
 pub fn compile_stats() -> CompileStats {
@@ -103,6 +109,8 @@ pub fn compile_stats() -> CompileStats {
         nvrtc_s: by_kernel.iter().map(|k| k.nvrtc_s).sum(),
         background: BACKGROUND.load(Ordering::Relaxed),
         waited_s: seconds(&WAITED_NS),
+        foreground_nvrtc_s: seconds(&FOREGROUND_NS),
+        transpile_s: seconds(&TRANSPILE_NS),
         loaded: LOADED.load(Ordering::Relaxed),
         module_load_s: seconds(&LOAD_NS),
     }
@@ -134,6 +142,11 @@ fn add(counter: &AtomicU64, total: &AtomicU64, elapsed: Duration) {
     total.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
 }
 
+/// Counts `elapsed` of defining and transpiling a kernel on a launching thread.
+pub(crate) fn record_transpile(elapsed: Duration) {
+    TRANSPILE_NS.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+}
+
 /// Counts one `cuModuleLoadData` that took `elapsed`.
 pub(crate) fn record_module_load(elapsed: Duration) {
     add(&LOADED, &LOAD_NS, elapsed);
@@ -146,6 +159,13 @@ pub(crate) fn record_module_load(elapsed: Duration) {
 /// [`CompilationError::Generic`] carrying the compiler's own log and the source that produced
 /// it, so a kernel the compiler refuses says why.
 pub(crate) fn compile(source: &str, arch: u32, kernel: &'static str) -> Result<Vec<c_char>, CompilationError> {
+    let (result, elapsed) = compile_counted(source, arch, kernel);
+    FOREGROUND_NS.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    result
+}
+
+/// [`compile`] on any thread, counted per kind of kernel; also returns how long it took.
+fn compile_counted(source: &str, arch: u32, kernel: &'static str) -> (Result<Vec<c_char>, CompilationError>, Duration) {
     let started = Instant::now();
     let result = compile_untimed(source, arch);
     let elapsed = started.elapsed();
@@ -153,7 +173,7 @@ pub(crate) fn compile(source: &str, arch: u32, kernel: &'static str) -> Result<V
     let entry = by_kernel.entry(kernel).or_default();
     entry.0 += 1;
     entry.1 += elapsed;
-    result
+    (result, elapsed)
 }
 
 /// A compilation running on one of the compiler threads (see [`compile_in_background`]).
@@ -182,7 +202,7 @@ pub(crate) fn compile_in_background(source: String, arch: u32, kernel: &'static 
     let (sender, result) = mpsc::channel();
     BACKGROUND.fetch_add(1, Ordering::Relaxed);
     compiler_threads().spawn(move || {
-        let _ = sender.send(compile(&source, arch, kernel));
+        let _ = sender.send(compile_counted(&source, arch, kernel).0);
     });
     Background { result }
 }
