@@ -11,8 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn train(project: &Path, name: &str, extra: &[&str]) -> (bool, String) {
+    train_with(project, name, extra, &[])
+}
+
+fn train_with(project: &Path, name: &str, extra: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
         .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .envs(env.iter().copied())
         .env("LIBREYOLO_LOG", "info")
         .env("LIBREYOLO_CAPTURE_SOFTWARE", "1")
         .args(["manifests/yolo9t.toml", "epochs=1", "imgsz=64", "batch=16", "device=cpu", "workers=2", "val=false", "exist_ok=true"])
@@ -47,6 +52,15 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert_eq!(log.matches("cuda_graph: captured training step at input shape [16, 3, 64, 64]").count(), 1, "{log}");
     assert!(weights("eager") == weights("whole"), "the whole-step graph's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("whole"));
+
+    // The dry run that compiles a step's kernels first (engine/src/precompile.rs), forced on the
+    // CPU, where it runs the whole step for real: the engine must undo it completely.
+    let cache = dir.path().join("kernels");
+    let (ok, log) = train_with(dir.path(), "dry", &whole, &[("LIBREYOLO_PRECOMPILE", "force"), ("LIBREYOLO_KERNEL_CACHE", cache.to_str().unwrap())]);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("by a dry run").count(), 1, "one dry run, for the one input shape: {log}");
+    assert!(weights("whole") == weights("dry"), "a dry run changed the training");
+    assert_eq!(losses("whole"), losses("dry"));
 
     // The shipped plan, LibreYOLO's contract: forward and backward captured, the loss eager
     // between them, its gradients written into the backward's upstream buffers.

@@ -26,13 +26,29 @@ use cubecl_runtime::dry_run::DryRun;
 use crate::device::Backend;
 
 /// Environment variable: `0` compiles each kernel at its first real launch instead (upstream's
-/// way; for A/B measurements of the warm-up).
+/// way; for A/B measurements of the warm-up); `force` dry-runs every new step whatever the
+/// history says, on any backend (the CPU has no dry run: the step runs for real and the engine
+/// undoes it, which is what the tests check).
 pub const ENV: &str = "LIBREYOLO_PRECOMPILE";
 
-/// Whether a captured step's first batch runs as a dry run first: on CUDA, on one GPU, unless
-/// `LIBREYOLO_PRECOMPILE=0`.
-pub fn wanted(backend: Backend, world: usize) -> bool {
-    backend == Backend::Cuda && world == 1 && std::env::var(ENV).map_or(true, |v| v != "0")
+/// When a captured step's first batch runs as a dry run first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Unless the step's last first run compiled at most [`FEW_KERNELS`] (CUDA's default).
+    WhenWorthIt,
+    /// Always (`LIBREYOLO_PRECOMPILE=force`).
+    Always,
+}
+
+/// Whether and when a captured step's first batch runs as a dry run first: on CUDA, on one GPU,
+/// unless `LIBREYOLO_PRECOMPILE=0`; `force` on any backend.
+pub fn wanted(backend: Backend, world: usize) -> Option<Mode> {
+    let setting = std::env::var(ENV).unwrap_or_default();
+    match setting.as_str() {
+        _ if world != 1 || setting == "0" => None,
+        "force" => Some(Mode::Always),
+        _ => (backend == Backend::Cuda).then_some(Mode::WhenWorthIt),
+    }
 }
 
 /// A first run that compiled at most this many kernels last time is not worth a dry run.
@@ -44,6 +60,7 @@ pub const HISTORY_FILE: &str = "precompile.json";
 /// Which steps of this process were seen, and what their first runs compiled in earlier ones.
 #[derive(Debug)]
 pub struct Precompile {
+    mode: Mode,
     seen: HashSet<String>,
     history: BTreeMap<String, u64>,
     path: PathBuf,
@@ -52,16 +69,17 @@ pub struct Precompile {
 impl Precompile {
     /// The history kept in `dir` (empty when missing or unreadable: a dry run too many costs
     /// seconds, a lost history nothing else).
-    pub fn load(dir: &Path) -> Self {
+    pub fn load(mode: Mode, dir: &Path) -> Self {
         let path = dir.join(HISTORY_FILE);
         let history = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        Self { seen: HashSet::new(), history, path }
+        Self { mode, seen: HashSet::new(), history, path }
     }
 
     /// `None` when `step` already ran in this process; else whether to dry-run it first: unless
-    /// its last first run compiled at most [`FEW_KERNELS`].
+    /// its last first run compiled at most [`FEW_KERNELS`] (in [`Mode::WhenWorthIt`]).
     pub fn first_run(&mut self, step: &str) -> Option<bool> {
-        self.seen.insert(step.to_string()).then(|| self.history.get(step).is_none_or(|&n| n > FEW_KERNELS))
+        let always = self.mode == Mode::Always;
+        self.seen.insert(step.to_string()).then(|| always || self.history.get(step).is_none_or(|&n| n > FEW_KERNELS))
     }
 
     /// Keeps what `step`'s first run compiled (the dry run included) for the next process.
@@ -108,26 +126,27 @@ mod tests {
     #[test]
     fn the_history_skips_dry_runs_that_would_compile_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let mut p = Precompile::load(dir.path());
+        let mut p = Precompile::load(Mode::WhenWorthIt, dir.path());
         assert_eq!(p.first_run("t b8"), Some(true), "never seen: dry run");
         assert_eq!(p.first_run("t b8"), None, "seen in this process");
         p.record("t b8", 617);
         p.record("s b8", FEW_KERNELS);
-        let mut next = Precompile::load(dir.path());
+        let mut next = Precompile::load(Mode::WhenWorthIt, dir.path());
         assert_eq!(next.first_run("t b8"), Some(true), "617 compiled last time");
         assert_eq!(next.first_run("s b8"), Some(false), "few compiled last time");
+        assert_eq!(Precompile::load(Mode::Always, dir.path()).first_run("s b8"), Some(true), "forced");
         std::fs::write(dir.path().join(HISTORY_FILE), "{not json").unwrap();
-        assert_eq!(Precompile::load(dir.path()).first_run("s b8"), Some(true));
+        assert_eq!(Precompile::load(Mode::WhenWorthIt, dir.path()).first_run("s b8"), Some(true));
     }
 
     /// The CPU backend has no dry run (it would run the step for real), and replicas would
     /// share the process-wide dry run or meet inside it.
     #[test]
     fn only_a_single_cuda_device_dry_runs() {
-        assert!(!wanted(Backend::Cpu, 1));
-        assert!(!wanted(Backend::Cuda, 2));
+        assert_eq!(wanted(Backend::Cuda, 2), None);
         if std::env::var_os(ENV).is_none() {
-            assert!(wanted(Backend::Cuda, 1));
+            assert_eq!(wanted(Backend::Cpu, 1), None);
+            assert_eq!(wanted(Backend::Cuda, 1), Some(Mode::WhenWorthIt));
         }
     }
 }

@@ -256,7 +256,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         graphs: None,
         fixed_batch: None,
         replica: replica.clone(),
-        precompile: crate::precompile::wanted(resolved.backend, world).then(|| crate::precompile::Precompile::load(&crate::kernel_cache::cache_dir())),
+        precompile: crate::precompile::wanted(resolved.backend, world).map(|mode| crate::precompile::Precompile::load(mode, &crate::kernel_cache::cache_dir())),
     };
     // Under several GPUs each rank captures its own graphs where that is safe
     // (`capture_plan::data_parallel_capture`); LibreYOLO disables cuda_graph under DDP altogether.
