@@ -40,9 +40,8 @@ fn profile_run_writes_valid_artifacts_and_a_verdict() {
         assert!(phases.contains(&ph), "phase {ph} missing from {phases:?}");
     }
     assert!(p.real.step_ms > 0.0 && p.real.img_per_s > 0.0);
-    // The fastest step comes from the synced half (which half: the analysis unit tests), the
-    // median from the real one.
-    assert!(0.0 < p.real.step_ms_min && p.real.step_ms_min.is_finite() && 0.0 < p.real.step_ms_median);
+    // Both from the real half (steps under half the median left out: the analysis unit tests).
+    assert!(0.0 < p.real.step_ms_min && p.real.step_ms_min <= p.real.step_ms_median);
     assert!((p.real.img_per_s - 8.0 / (p.real.step_ms / 1000.0)).abs() < 1e-6);
     assert!(p.composition_total_ms > 0.0);
     // No kernel view on the CPU: utilisation is 0, so the verdict is host / launch unless the

@@ -99,21 +99,21 @@ impl Precompile {
 
 /// Kernels this process compiled so far (none on the CPU).
 pub fn compiled_so_far() -> u64 {
-    crate::kernel_cache::compile_cost().map_or(0, |c| c.compiled)
+    cubecl_cuda::compile_stats().compiled
 }
 
 /// Runs `step` on `device` as a dry run: its kernels are compiled (in the background) and none
 /// runs. `what` names the step in the log.
 pub fn dry_run<T>(device: &Device, what: &str, step: impl FnOnce() -> T) {
     let started = Instant::now();
-    let before = crate::kernel_cache::compile_cost().map_or(0, |c| c.background);
+    let before = cubecl_cuda::compile_stats().background;
     {
         let _dry = DryRun::new();
         drop(step());
         // Fused operations launch when their stream is flushed: inside the dry run.
         let _ = device.sync();
     }
-    let handed = crate::kernel_cache::compile_cost().map_or(0, |c| c.background) - before;
+    let handed = cubecl_cuda::compile_stats().background - before;
     tracing::info!("{what}: {handed} kernels handed to the compiler threads by a dry run in {:.1} s", started.elapsed().as_secs_f64());
 }
 

@@ -413,15 +413,15 @@ impl Trainer<'_> {
         // The step as the kernel cache sees it: the network, the segment's extent, the input.
         let step = format!("{}-{} split={} update={} {:?} {}", self.loaded.manifest.model.family, self.loaded.manifest.model.size, spec.split, spec.tail.is_some(), key.dims, key.dtype);
         let first_run = self.precompile.as_mut().and_then(|p| p.first_run(&step));
-        let compiled_before = crate::precompile::compiled_so_far();
+        let compiled_before = first_run.map(|_| crate::precompile::compiled_so_far());
         if first_run == Some(true) {
             spec.precompile(&self.device, ops.images.clone(), ops.targets.clone());
         }
         let graphs = self.graphs.as_mut().expect("run_segment needs the capture manager");
         let before = graphs.replays();
         let out = graphs.run(&key, &mut ops);
-        if let (Some(p), Some(_)) = (self.precompile.as_mut(), first_run) {
-            p.record(&step, crate::precompile::compiled_so_far() - compiled_before);
+        if let (Some(p), Some(before)) = (self.precompile.as_mut(), compiled_before) {
+            p.record(&step, crate::precompile::compiled_so_far() - before);
         }
         if graphs.replays() > before
             && let Some(p) = self.profiler.as_mut()
