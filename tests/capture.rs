@@ -61,6 +61,13 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert_eq!(log.matches("by a dry run").count(), 1, "one dry run, for the one input shape: {log}");
     assert!(weights("whole") == weights("dry"), "a dry run changed the training");
     assert_eq!(losses("whole"), losses("dry"));
+    // The default eager step too: its first batch dry-runs forward, loss, backward and update
+    // as one segment (the same functions the eager stages call), then trains for real.
+    let (ok, log) = train_with(dir.path(), "dry-eager", &[], &[("LIBREYOLO_PRECOMPILE", "force"), ("LIBREYOLO_KERNEL_CACHE", cache.to_str().unwrap())]);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("eager step on [16, 3, 64, 64]").count(), 1, "one dry run, for the one input shape: {log}");
+    assert!(weights("eager") == weights("dry-eager"), "a dry run changed the eager training");
+    assert_eq!(losses("eager"), losses("dry-eager"));
 
     // The shipped plan, LibreYOLO's contract: forward and backward captured, the loss eager
     // between them, its gradients written into the backward's upstream buffers.

@@ -1,4 +1,4 @@
-//! A captured step's kernels compiled on every core before its first real run.
+//! A step's kernels compiled on every core before its first real run on a new input shape.
 //!
 //! On a cold kernel cache the first training step compiles ~600 kernels with NVRTC, one after
 //! another on the thread that launches them: 73 s of a 105 s warm-up on the H200 (YOLOv9-t,
@@ -11,10 +11,13 @@
 //! first step on the H200), so [`Precompile`] remembers beside the kernel cache how many
 //! kernels each step's first run compiled last time, and skips the dry run where that was few.
 //!
-//! A dry run computes nothing, and it is process-wide: it suits a step with no host reads (a
-//! captured segment), must not overlap real work on another thread, and whatever state the step
-//! writes must be restored after it (the caller's part). Data-parallel runs do without: their
-//! replicas share a process (threads) or meet in collectives inside the step (processes).
+//! A dry run computes nothing, and it is process-wide: it suits a computation with no host
+//! reads, must not overlap real work on another thread, and whatever state it writes must be
+//! restored after it (the caller's part). A captured step is dry-run as it is captured; an eager
+//! step (whose stages read the host: the fp16 loss scale's check, the logged losses) through
+//! the same forward, loss, backward and update run as one segment, which reads nothing.
+//! Data-parallel runs do without: their replicas share a process (threads) or meet in
+//! collectives inside the step (processes).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -31,7 +34,7 @@ use crate::device::Backend;
 /// undoes it, which is what the tests check).
 pub const ENV: &str = "LIBREYOLO_PRECOMPILE";
 
-/// When a captured step's first batch runs as a dry run first.
+/// When a step's first batch of a shape runs as a dry run first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Unless the step's last first run compiled at most [`FEW_KERNELS`] (CUDA's default).
@@ -40,7 +43,7 @@ pub enum Mode {
     Always,
 }
 
-/// Whether and when a captured step's first batch runs as a dry run first: on CUDA, on one GPU,
+/// Whether and when a step's first batch of a shape runs as a dry run first: on CUDA, on one GPU,
 /// unless `LIBREYOLO_PRECOMPILE=0`; `force` on any backend.
 pub fn wanted(backend: Backend, world: usize) -> Option<Mode> {
     let setting = std::env::var(ENV).unwrap_or_default();

@@ -97,8 +97,8 @@ pub struct Trainer<'a> {
     graphs: Option<crate::capture::CaptureManager<segment::SegmentGraph>>,
     /// This trainer's place in a data-parallel run (alone: rank 0 of 1).
     replica: Replica,
-    /// Which captured steps run as a dry run first, to compile their kernels on every core
-    /// ([`crate::precompile`]); `None` where that is not done.
+    /// Which steps (eager or captured) run as a dry run first on a new input shape, to compile
+    /// their kernels on every core ([`crate::precompile`]); `None` where that is not done.
     precompile: Option<crate::precompile::Precompile>,
 }
 

@@ -147,10 +147,10 @@ impl SegmentSpec {
 
     /// Compiles the kernels of a run on `images` and `targets` without running it
     /// ([`crate::precompile`]), and leaves the state as it was.
-    fn precompile(&self, device: &Device, images: Tensor<4>, targets: Tensor<3>) {
+    fn precompile(&self, device: &Device, what: &str, images: Tensor<4>, targets: Tensor<3>) {
         let saved = self.snapshot();
         let dims = images.dims();
-        crate::precompile::dry_run(device, &format!("captured step on {dims:?}"), || self.run(images, targets));
+        crate::precompile::dry_run(device, &format!("{what} on {dims:?}"), || self.run(images, targets));
         self.restore(&saved);
     }
 
@@ -384,9 +384,10 @@ impl Trainer<'_> {
         }
     }
 
-    /// The captured segment through the capture manager (capture, replay or eager).
-    pub(super) fn run_segment(&mut self, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
-        let spec = SegmentSpec {
+    /// The step as [`SegmentSpec`] runs it; `update`: with the BatchNorm statistics, clip,
+    /// optimizer and EMA after the backward.
+    fn segment_spec(&self, update: bool) -> SegmentSpec {
+        SegmentSpec {
             network: self.model.network.clone(),
             params: self.model.params.clone(),
             forward: self.forward_spec(),
@@ -395,19 +396,48 @@ impl Trainer<'_> {
             factor: self.loss_factor(),
             split: self.split_graphs,
             seam: self.seam,
-            reduce: (self.captures_update && self.replica.world() > 1).then(|| {
+            reduce: (update && self.replica.world() > 1).then(|| {
                 let replica = self.replica.clone();
                 Rc::new(move |grads| replica.average_gradients(grads)) as Reduce
             }),
-            tail: self.captures_update.then(|| StepTail {
+            tail: update.then(|| StepTail {
                 optim: self.optim.clone(),
                 scalars: self.scalars.clone(),
                 ema: self.ema.as_ref().map(|e| (e.clone(), self.ema_scalars.clone())),
                 clip_max_norm: self.loaded.manifest.optim.clip_max_norm,
-                require_unique: std::env::var_os(SOFTWARE_ENV).is_none(),
+                require_unique: self.graphs.is_some() && std::env::var_os(SOFTWARE_ENV).is_none(),
                 shared: Rc::new(Cell::new(None)),
             }),
-        };
+        }
+    }
+
+    /// An eager step's first batch of a new shape: its kernels compiled on every core by a dry
+    /// run of the same computation (forward, loss, backward and update run as one segment: the
+    /// eager stages call the same functions), the state left as it was. Returns the step's name
+    /// and the kernels compiled before it, for [`Self::record_first_run`] once the real step
+    /// ran; `None` when the shape was seen or nothing is dry-run.
+    pub(super) fn precompile_eager(&mut self, images: &Tensor<4>, targets: &Tensor<3>) -> Option<(String, u64)> {
+        let dims = images.dims();
+        let m = &self.loaded.manifest;
+        let step = format!("{}-{} eager {:?} {:?}", m.model.family, m.model.size, dims, self.precision.compute);
+        let dry = self.precompile.as_mut()?.first_run(&step)?;
+        let before = crate::precompile::compiled_so_far();
+        if dry {
+            self.segment_spec(true).precompile(&self.device, "eager step", images.clone(), targets.clone());
+        }
+        Some((step, before))
+    }
+
+    /// Keeps what a step's first run compiled since `before` (the dry run included).
+    pub(super) fn record_first_run(&mut self, (step, before): (String, u64)) {
+        if let Some(p) = self.precompile.as_mut() {
+            p.record(&step, crate::precompile::compiled_so_far() - before);
+        }
+    }
+
+    /// The captured segment through the capture manager (capture, replay or eager).
+    pub(super) fn run_segment(&mut self, images: Tensor<4>, targets: Tensor<3>) -> SegmentOut {
+        let spec = self.segment_spec(self.captures_update);
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };
         let key = ops.key();
         // The step as the kernel cache sees it: the network, the segment's extent, the input.
@@ -415,17 +445,16 @@ impl Trainer<'_> {
         let first_run = self.precompile.as_mut().and_then(|p| p.first_run(&step));
         let compiled_before = first_run.map(|_| crate::precompile::compiled_so_far());
         if first_run == Some(true) {
-            spec.precompile(&self.device, ops.images.clone(), ops.targets.clone());
+            spec.precompile(&self.device, "captured step", ops.images.clone(), ops.targets.clone());
         }
         let graphs = self.graphs.as_mut().expect("run_segment needs the capture manager");
         let before = graphs.replays();
         let out = graphs.run(&key, &mut ops);
-        if let (Some(p), Some(before)) = (self.precompile.as_mut(), compiled_before) {
-            p.record(&step, crate::precompile::compiled_so_far() - before);
+        let replayed = graphs.replays() > before;
+        if let Some(before) = compiled_before {
+            self.record_first_run((step, before));
         }
-        if graphs.replays() > before
-            && let Some(p) = self.profiler.as_mut()
-        {
+        if replayed && let Some(p) = self.profiler.as_mut() {
             p.graph_replayed();
         }
         out

@@ -21,6 +21,9 @@ pub struct StepValues {
     pub grads: Option<Vec<(ParamId, Tensor<1>)>>,
     /// The optimizer ran this step (not a gradient-accumulation micro-step or a skipped step).
     pub stepped: bool,
+    /// An eager step's first run on its input shape: its name and the kernels compiled before
+    /// it ([`crate::precompile`]), recorded once the step ran.
+    pub first_run: Option<(String, u64)>,
 }
 
 /// Loss figures read back for logging (weighted terms, LibreYOLO's names).
@@ -158,6 +161,9 @@ impl Trainer<'_> {
                 p.exit();
             }
         }
+        if let Some(first) = v.first_run.take() {
+            self.record_first_run(first);
+        }
         Ok(v)
     }
 
@@ -196,6 +202,9 @@ impl Trainer<'_> {
                         }
                         v.loss = Some(out.terms);
                         return Ok(());
+                    }
+                    if let Some(targets) = &v.targets {
+                        v.first_run = self.precompile_eager(&images, targets);
                     }
                     let (cx, maps) = forward(&self.model.network, &self.model.params.borrow(), &self.forward_spec(), images);
                     // BatchNorm running statistics advance with every training forward.
