@@ -69,6 +69,48 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(weights("eager") == weights("dry-eager"), "a dry run changed the eager training");
     assert_eq!(losses("eager"), losses("dry-eager"));
 
+    // fp16's dynamic loss scale, forced on in f32 (`LIBREYOLO_LOSS_SCALE=dynamic`): scaling the
+    // loss by 2^16 and the gradients back is exact in f32, so eager with it trains exactly like
+    // eager without, and the whole step, which holds the scale and its skip decision on the
+    // device (no read back), exactly like both.
+    let scaled = [("LIBREYOLO_LOSS_SCALE", "dynamic")];
+    let (ok, log) = train_with(dir.path(), "eager-scaled", &[], &scaled);
+    assert!(ok, "{log}");
+    assert!(log.contains("dynamic loss scaling"), "{log}");
+    // The checkpoints differ in the scaler state they record; every tensor is equal.
+    let tensors = |name: &str| {
+        let bytes = weights(name);
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut out: Vec<(String, Vec<u8>)> = st.tensors().into_iter().map(|(k, v)| (k, v.data().to_vec())).collect();
+        out.sort();
+        out
+    };
+    assert!(tensors("eager") == tensors("eager-scaled"), "loss scaling changed the eager training");
+    let (ok, log) = train_with(dir.path(), "whole-scaled", &whole, &scaled);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training step at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert!(tensors("eager-scaled") == tensors("whole-scaled"), "the whole step with the loss scale differs from eager");
+    assert!(weights("eager-scaled") == weights("whole-scaled"), "the scaler state differs");
+    // A scale the first steps overflow (1e38: their gradients become inf / NaN): those steps
+    // are skipped and the scale halves until the gradients fit (6 steps here), eagerly after
+    // reading each verdict, in the whole step on the device with nothing read. A skipped step
+    // that moved anything would put NaN into the whole step's state: both runs agree in every
+    // tensor and the scale.
+    let overflow = [("LIBREYOLO_LOSS_SCALE", "dynamic:1e38")];
+    let (ok, log) = train_with(dir.path(), "eager-overflow", &[], &overflow);
+    assert!(ok, "{log}");
+    let (ok, log) = train_with(dir.path(), "whole-overflow", &whole, &overflow);
+    assert!(ok, "{log}");
+    assert!(!log.contains("falling back to eager"), "{log}");
+    assert!(weights("eager-overflow") == weights("whole-overflow"), "skipped steps differ between eager and the whole step");
+    let bytes = weights("whole-overflow");
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&meta.metadata().as_ref().unwrap()["libreyolo_run.train_state"]).unwrap();
+    let scale = state["loss_scale"].as_f64().unwrap();
+    assert!(scale <= (1e38f32 / 2.0) as f64 && scale > 1e30, "no step was skipped, or all were: {state}");
+    assert!(tensors("whole-overflow") != tensors("whole-scaled"));
+    assert_eq!(losses("eager"), losses("whole-scaled"));
+
     // The shipped plan, LibreYOLO's contract: forward and backward captured, the loss eager
     // between them, its gradients written into the backward's upstream buffers.
     let (ok, log) = train(dir.path(), "contract", &["cuda_graph=true"]);

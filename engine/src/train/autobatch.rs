@@ -106,7 +106,7 @@ pub fn probe(loaded: &LoadedManifest, nc: usize, device: &Device, precision: &Pr
         let targets = Tensor::<3>::full([b, 1, 5], -1.0, device);
         let (cx, maps) = forward(&network, &params, &spec, images);
         let terms = loss(&loss_spec, m.model.aux_weight, &strides, maps, targets, None);
-        let grads = backward(&terms.total, 1.0, &cx);
+        let grads = backward(&terms.total, 1.0, None, &cx);
         drop((grads, terms, cx));
         device.sync().map_err(|e| anyhow::anyhow!("AutoBatch probe at batch {b}: {e:?}"))?;
         let Some(usage) = device.memory_pool_usage() else {

@@ -47,11 +47,10 @@ fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolve
         .map(|s| s.stages.iter().map(|&i| dag.stages[i].kind.name).collect())
         .collect();
     let accumulate = accumulation(m.optim.nbs, nominal_batch(m.run.batch));
-    let fp16_scaling = m.precision.amp && m.precision.dtype == crate::manifest::AmpDtype::Fp16 && resolved.backend == crate::device::Backend::Cuda;
     if resolved.backend != crate::device::Backend::Cuda && !software {
         return Err("device is not CUDA".to_string());
     }
-    let kind = plan_support(&captured, accumulate, fp16_scaling)?;
+    let kind = plan_support(&captured, accumulate)?;
     match dag.network_seam() {
         Some(layer) if kind != CaptureSupport::TwoGraphs => Err(format!(
             "the seam inside the network (`until = \"{layer}\"`) runs the layers after it eagerly with the loss, between LibreYOLO's two graphs, so the loss, the optimizer and the EMA stay eager (`stage.loss.capture=false stage.optimizer.capture=false stage.ema.capture=false`); this plan captures the {}",
@@ -66,8 +65,9 @@ fn single_gpu_support(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolve
 }
 
 /// What a plan of captured stage kinds (`captured`, one list a segment) captures, given the
-/// micro-batches per optimizer step and whether fp16 dynamic loss scaling is on.
-fn plan_support(captured: &[Vec<&str>], accumulate: usize, fp16_scaling: bool) -> Result<CaptureSupport, String> {
+/// micro-batches per optimizer step. fp16's dynamic loss scale is held on the device, so it
+/// captures with every plan (a captured update skips a non-finite step there).
+fn plan_support(captured: &[Vec<&str>], accumulate: usize) -> Result<CaptureSupport, String> {
     let kind = if whole_step(captured) {
         CaptureSupport::WholeStep
     } else if two_graphs(captured) {
@@ -85,10 +85,6 @@ fn plan_support(captured: &[Vec<&str>], accumulate: usize, fp16_scaling: bool) -
     };
     if accumulate > 1 {
         Err(format!("gradient accumulation ({accumulate} micro-batches per step) is not captured"))
-    } else if fp16_scaling && kind != CaptureSupport::TwoGraphs {
-        // LibreYOLO's contract keeps it: the eager loss applies this step's scale, the eager
-        // optimizer unscales and skips a step with non-finite gradients, as GradScaler does.
-        Err("fp16 dynamic loss scaling reads the gradients on the host before the optimizer, so only LibreYOLO's two graphs (optimizer eager) capture in fp16; use bf16 (`precision.dtype=bf16`) for this plan".to_string())
     } else {
         Ok(kind)
     }
@@ -193,22 +189,19 @@ mod tests {
         assert!(why(2, false, false, TwoGraphs).contains("one process per GPU"));
     }
 
-    /// fp16 loss scaling needs the gradients on the host before the optimizer: only the two
-    /// graphs (optimizer eager) capture with it, as LibreYOLO's `cuda_graph=True` with its
-    /// default fp16 AMP does; accumulation is never captured.
+    /// Every plan captures one micro-batch a step; accumulation is never captured.
     #[test]
-    fn fp16_loss_scaling_captures_the_two_graphs_only() {
+    fn every_plan_captures_without_accumulation() {
         let two = [vec!["network.forward"], vec!["network.backward"]];
         let update = [vec!["network.forward"], vec!["network.backward", "optimizer", "ema"]];
         let whole = [vec!["network.forward", "loss.yolo9", "network.backward", "optimizer", "ema"]];
         let segment = [vec!["network.forward", "loss.yolo9", "network.backward"]];
-        assert_eq!(plan_support(&two, 1, true), Ok(CaptureSupport::TwoGraphs));
-        for plan in [&update[..], &whole[..], &segment[..]] {
-            assert!(plan_support(plan, 1, true).unwrap_err().contains("use bf16"), "{plan:?}");
-            assert!(plan_support(plan, 1, false).is_ok(), "{plan:?}");
-        }
-        assert!(plan_support(&two, 4, false).unwrap_err().contains("accumulation (4 micro-batches"));
-        assert!(plan_support(&[vec!["network.backward"]], 1, false).unwrap_err().contains("the plan captures [network.backward]"));
+        assert_eq!(plan_support(&two, 1), Ok(CaptureSupport::TwoGraphs));
+        assert_eq!(plan_support(&update, 1), Ok(CaptureSupport::TwoGraphsAndUpdate));
+        assert_eq!(plan_support(&whole, 1), Ok(CaptureSupport::WholeStep));
+        assert_eq!(plan_support(&segment, 1), Ok(CaptureSupport::Segment));
+        assert!(plan_support(&two, 4).unwrap_err().contains("accumulation (4 micro-batches"));
+        assert!(plan_support(&[vec!["network.backward"]], 1).unwrap_err().contains("the plan captures [network.backward]"));
     }
 
     /// The plans each kind stands for, as the manifest's capture marks give them.

@@ -611,7 +611,7 @@ impl Trainer<'_> {
         let mut state = state.clone();
         state.iteration = self.iteration;
         state.ema_updates = self.ema.as_ref().map(|e| e.borrow().updates).unwrap_or(0);
-        state.loss_scale = self.precision.scaler.map(|s| s.scale);
+        state.loss_scale = self.precision.scaler.as_ref().map(|s| s.borrow().read());
         let params = self.model.params.borrow();
         let ema = self.ema.as_ref().map(|e| e.borrow());
         checkpoint::save(path, &params, ema.as_ref().map(|e| &e.store), self.optim.borrow().state(&params), &state)
@@ -631,8 +631,8 @@ impl Trainer<'_> {
         self.optim.borrow_mut().load_state(&self.model.params.borrow(), opt);
         self.optim.borrow_mut().resume_steps(state.iteration as u64);
         self.iteration = state.iteration;
-        if let (Some(s), Some(scale)) = (self.precision.scaler.as_mut(), state.loss_scale) {
-            *s = LossScale::with_scale(scale);
+        if let (Some(s), Some(scale)) = (self.precision.scaler.as_ref(), state.loss_scale) {
+            *s.borrow_mut() = LossScale::new(scale, &self.device);
         }
         Ok(state)
     }

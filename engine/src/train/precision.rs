@@ -1,92 +1,173 @@
 //! Mixed precision: compute in bf16 or fp16 with f32 master weights (CUDA only; off on the CPU,
 //! as in LibreYOLO), and for fp16 a dynamic loss scale that skips steps whose gradients are
 //! not finite (PyTorch's `GradScaler`: start 2^16, halve on overflow, double after 2000 good
-//! steps).
+//! steps). The scale lives on the device and is decided there, so a captured whole step holds
+//! it too; only the eager step reads its verdict back.
 
-use burn::tensor::{Device, FloatDType, Tensor};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use burn::tensor::{Bool, Device, FloatDType, Tensor};
+use libreyolo_families::ParamId;
+use libreyolo_families::params::write_into;
+use libreyolo_stages::optim::device_scalar;
 
 use crate::device::Backend;
 use crate::manifest::{AmpDtype, Manifest};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Environment variable: `dynamic` turns fp16's dynamic loss scaling on in any precision, on
+/// any backend, `dynamic:S` with the initial scale S (the CPU tests check with it that scaling
+/// changes no value in f32, that a captured step holds it, and that overflowing steps are
+/// skipped alike).
+pub const LOSS_SCALE_ENV: &str = "LIBREYOLO_LOSS_SCALE";
+
+#[derive(Debug, Clone)]
 pub struct Precision {
     /// Compute dtype of the network; `None`: f32.
     pub compute: Option<FloatDType>,
-    pub scaler: Option<LossScale>,
+    /// The dynamic loss scale, shared by the eager step and a captured one.
+    pub scaler: Option<Rc<RefCell<LossScale>>>,
 }
 
 impl Precision {
     /// The policy for `manifest` on `backend`; bf16 on a device without it is an error.
     pub fn new(m: &Manifest, backend: Backend, device: &Device) -> anyhow::Result<Self> {
+        let scaler = dynamic_scaling(m, backend).map(|initial| Rc::new(RefCell::new(LossScale::new(initial, device))));
         if !m.precision.amp || backend == Backend::Cpu {
-            return Ok(Self { compute: None, scaler: None });
+            return Ok(Self { compute: None, scaler });
         }
         Ok(match m.precision.dtype {
             AmpDtype::Bf16 => {
                 if !device.supports_dtype(FloatDType::BF16) {
                     anyhow::bail!("precision.dtype=\"bf16\" requires a CUDA device with BF16 support");
                 }
-                Self { compute: Some(FloatDType::BF16), scaler: None }
+                Self { compute: Some(FloatDType::BF16), scaler }
             }
-            AmpDtype::Fp16 => Self { compute: Some(FloatDType::F16), scaler: Some(LossScale::new()) },
+            AmpDtype::Fp16 => Self { compute: Some(FloatDType::F16), scaler },
         })
     }
 
     pub fn describe(&self) -> String {
-        match (self.compute, self.scaler) {
-            (None, _) => "f32".into(),
+        match (self.compute, &self.scaler) {
+            (None, None) => "f32".into(),
+            (None, Some(_)) => "f32, dynamic loss scaling".into(),
             (Some(d), Some(_)) => format!("{d:?} compute, f32 master weights, dynamic loss scaling"),
             (Some(d), None) => format!("{d:?} compute, f32 master weights"),
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The initial loss scale when `m` trains with a dynamic one on `backend`: fp16 on CUDA, as
+/// LibreYOLO (`GradScaler` enabled for float16 only), or anything with
+/// `LIBREYOLO_LOSS_SCALE=dynamic[:S]`.
+pub fn dynamic_scaling(m: &Manifest, backend: Backend) -> Option<f64> {
+    let forced = std::env::var(LOSS_SCALE_ENV).ok().and_then(|v| match v.split_once(':') {
+        Some(("dynamic", s)) => s.parse().ok(),
+        None if v == "dynamic" => Some(LossScale::INITIAL),
+        _ => None,
+    });
+    forced.or((m.precision.amp && m.precision.dtype == AmpDtype::Fp16 && backend == Backend::Cuda).then_some(LossScale::INITIAL))
+}
+
+/// `GradScaler`'s state as device scalars (`[1]`, f32), updated in place: a captured step reads
+/// and writes the same buffers at every replay.
+#[derive(Debug)]
 pub struct LossScale {
-    pub scale: f64,
-    good_steps: u32,
+    /// The factor the loss is multiplied by before the backward.
+    pub scale: Tensor<1>,
+    /// `1 / scale`, what the gradients are multiplied by before the optimizer.
+    inv: Tensor<1>,
+    /// Finite steps since the scale last changed.
+    good: Tensor<1>,
 }
 
 impl LossScale {
-    const GROWTH_INTERVAL: u32 = 2000;
+    pub const INITIAL: f64 = 65536.0;
+    const GROWTH_INTERVAL: f64 = 2000.0;
 
-    pub fn new() -> Self {
-        Self { scale: 65536.0, good_steps: 0 }
+    pub fn new(scale: f64, device: &Device) -> Self {
+        Self { scale: device_scalar(scale, device), inv: device_scalar(1.0 / scale, device), good: device_scalar(0.0, device) }
     }
 
-    pub fn with_scale(scale: f64) -> Self {
-        Self { scale, good_steps: 0 }
+    /// `total` times the scale.
+    pub fn scale_loss(&self, total: Tensor<1>) -> Tensor<1> {
+        total.mul(self.scale.clone())
     }
 
-    /// Unscales `grads`; returns false (and lowers the scale) when any is not finite.
-    pub fn unscale(&mut self, grads: &mut [(libreyolo_families::ParamId, Tensor<1>)]) -> bool {
-        let inv = 1.0 / self.scale;
+    /// Unscales `grads` and returns whether all of them are finite (`[1]`, on the device); the
+    /// scale halves after a step that is not, doubles after 2000 that are. Reads nothing back.
+    pub fn unscale(&mut self, grads: &mut [(ParamId, Tensor<1>)]) -> Tensor<1, Bool> {
         for (_, g) in grads.iter_mut() {
             let t = std::mem::replace(g, g.zeros_like());
-            *g = t.mul_scalar(inv);
+            *g = t.mul(self.inv.clone());
         }
-        // One device reduction and one read per step.
         let bad = grads
             .iter()
             .map(|(_, g)| g.clone().is_nan().bool_or(g.clone().is_inf()).int().sum())
-            .reduce(|a, b| a.add(b));
-        let finite = bad.map(|b| b.float().into_scalar::<f32>() == 0.0).unwrap_or(true);
-        if finite {
-            self.good_steps += 1;
-            if self.good_steps >= Self::GROWTH_INTERVAL {
-                self.scale *= 2.0;
-                self.good_steps = 0;
-            }
-        } else {
-            self.scale /= 2.0;
-            self.good_steps = 0;
-        }
+            .reduce(|a, b| a.add(b))
+            .unwrap_or_else(|| self.good.zeros_like().int());
+        let finite = bad.equal_elem(0);
+        self.advance(finite.clone());
         finite
+    }
+
+    /// `GradScaler.update` on the device.
+    fn advance(&mut self, finite: Tensor<1, Bool>) {
+        let good = self.good.clone().add_scalar(1.0);
+        let grow = good.clone().greater_equal_elem(Self::GROWTH_INTERVAL);
+        let scale = self.scale.clone();
+        let grown = scale.clone().mask_where(grow.clone(), scale.clone().mul_scalar(2.0));
+        let next = scale.mul_scalar(0.5).mask_where(finite.clone(), grown);
+        let good = good.mask_fill(grow, 0.0).mask_fill(finite.bool_not(), 0.0);
+        let inv = next.clone().recip();
+        write_into(&mut self.scale, next);
+        write_into(&mut self.inv, inv);
+        write_into(&mut self.good, good);
+    }
+
+    /// The current scale, read back (checkpoints).
+    pub fn read(&self) -> f64 {
+        self.scale.clone().into_scalar::<f32>() as f64
+    }
+
+    /// Every state tensor, to snapshot and restore around a graph capture.
+    pub fn tensors_mut(&mut self) -> [&mut Tensor<1>; 3] {
+        [&mut self.scale, &mut self.inv, &mut self.good]
     }
 }
 
-impl Default for LossScale {
-    fn default() -> Self {
-        Self::new()
+/// Whether a `[1]` verdict of [`LossScale::unscale`] says finite (one read).
+pub fn read_finite(finite: Tensor<1, Bool>) -> bool {
+    finite.float().into_scalar::<f32>() > 0.5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The device state machine follows `GradScaler`: halve on a non-finite step (and reset the
+    /// count), double after 2000 finite ones; non-finite gradients are reported as such.
+    #[test]
+    fn the_scale_halves_on_overflow_and_doubles_after_2000_finite_steps() {
+        let device = Device::flex();
+        let mut s = LossScale::new(LossScale::INITIAL, &device);
+        let grads = |v: f32| vec![(ParamId(0), Tensor::<1>::from_floats([1.0, v], &device))];
+        let mut g = grads(f32::INFINITY);
+        assert!(!read_finite(s.unscale(&mut g)));
+        assert_eq!(s.read(), 32768.0);
+        let mut g = grads(f32::NAN);
+        assert!(!read_finite(s.unscale(&mut g)));
+        assert_eq!(s.read(), 16384.0);
+        for step in 1..=2000 {
+            let mut g = grads(2.0);
+            assert!(read_finite(s.unscale(&mut g)));
+            if step == 1 {
+                assert_eq!(g[0].1.clone().into_data().to_vec::<f32>().unwrap(), vec![1.0 / 16384.0, 2.0 / 16384.0], "unscaled");
+            }
+            assert_eq!(s.read(), if step < 2000 { 16384.0 } else { 32768.0 }, "step {step}");
+        }
+        let mut g = grads(f32::NEG_INFINITY);
+        assert!(!read_finite(s.unscale(&mut g)));
+        assert_eq!(s.read(), 16384.0);
     }
 }

@@ -13,7 +13,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use burn::tensor::{Device, Graph, Tensor};
+use burn::tensor::{Bool, Device, Graph, Tensor};
 use libreyolo_families::params::TensorMut;
 use libreyolo_families::{BatchStats, Network, ParamId, ParamStore};
 use libreyolo_stages::ema::{DecayScalars, Ema};
@@ -21,6 +21,7 @@ use libreyolo_stages::loss::{LossTerms, Yolo9Loss};
 use libreyolo_stages::optim::{Optimizer, Scalars};
 
 use super::Trainer;
+use super::precision::LossScale;
 use super::step::{ForwardSpec, backward, forward, loss};
 use super::two_graphs::TwoGraphs;
 use crate::capture::{GraphOps, ShapeKey, refresh, stable_copy, write_into};
@@ -78,9 +79,11 @@ pub struct SegmentSpec {
     pub forward: ForwardSpec,
     pub loss: Yolo9Loss,
     pub aux_weight: f64,
-    /// Factor of the loss before backward: no accumulation when capturing; the fp16 loss scale
-    /// only with LibreYOLO's two graphs, whose eager loss applies it anew each step.
+    /// Factor of the loss before backward (1 / the micro-batches of an accumulation window).
     pub factor: f64,
+    /// The dynamic loss scale (fp16): the loss is multiplied by it on the device before the
+    /// backward, and a captured update unscales and skips a non-finite step there.
+    pub scaler: Option<Rc<RefCell<LossScale>>>,
     /// The whole step: the updates after backward too.
     pub tail: Option<StepTail>,
     /// LibreYOLO's contract: forward and backward as two graphs, the loss eager between.
@@ -109,7 +112,7 @@ impl SegmentSpec {
             let (cx, maps) = forward(&self.network, &params, &self.forward, images);
             let strides = self.network.head().strides.clone();
             let terms = loss(&self.loss, self.aux_weight, &strides, maps, targets, self.forward.group());
-            let grads = backward(&terms.total, self.factor, &cx);
+            let grads = backward(&terms.total, self.factor, self.scaler.as_ref(), &cx);
             let stats = cx.take_batch_stats();
             // The context holds a handle on every stored tensor. Dropped before the update, so
             // the updates own the buffers and write them in place: inside a capture window an
@@ -129,7 +132,10 @@ impl SegmentSpec {
     }
 
     /// The update after the backward, in place on stable buffers: BatchNorm running statistics,
-    /// gradient clip, optimizer and EMA, this step's scalars read from device buffers.
+    /// gradient clip, optimizer and EMA, this step's scalars read from device buffers. With the
+    /// dynamic loss scale, the gradients are unscaled and a step whose gradients are not finite
+    /// leaves the parameters and the optimizer state as they were (`GradScaler.step`), decided
+    /// on the device; the EMA updates either way, as LibreYOLO's does.
     pub fn update(&self, tail: &StepTail, mut grads: Vec<(ParamId, Tensor<1>)>, stats: &[BatchStats]) {
         let mut params = self.params.borrow_mut();
         if tail.require_unique
@@ -138,8 +144,15 @@ impl SegmentSpec {
             tail.shared.replace(Some(shared));
         }
         params.fold_batch_stats(stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
+        let finite = self.scaler.as_ref().map(|s| s.borrow_mut().unscale(&mut grads));
         super::step::clip_global_norm(&mut grads, tail.clip_max_norm);
-        tail.optim.borrow_mut().step(&mut params, grads, &tail.scalars.borrow());
+        let mut optim = tail.optim.borrow_mut();
+        let kept = finite.as_ref().map(|_| save_all(updated_by_optimizer(&mut params, &mut **optim)));
+        optim.step(&mut params, grads, &tail.scalars.borrow());
+        if let (Some(finite), Some(kept)) = (finite, kept) {
+            keep_unless(&finite, updated_by_optimizer(&mut params, &mut **optim), &kept);
+        }
+        drop(optim);
         if let Some((ema, decay)) = &tail.ema {
             ema.borrow_mut().update_device(&params, &decay.borrow());
         }
@@ -155,20 +168,16 @@ impl SegmentSpec {
     }
 
     /// A deep copy of every tensor the whole step writes (parameters and BatchNorm statistics,
-    /// optimizer state, EMA), to undo the capture's warm-up runs.
+    /// optimizer state, EMA, loss scale), to undo the capture's warm-up runs.
     fn snapshot(&self) -> Vec<Saved> {
         let Some(tail) = &self.tail else { return vec![] };
-        let mut out = vec![];
-        let mut save = |t: TensorMut<'_>| {
-            out.push(match t {
-                TensorMut::Rank4(t) => Saved::Rank4(t.clone().mul_scalar(1.0)),
-                TensorMut::Rank1(t) => Saved::Rank1(t.clone().mul_scalar(1.0)),
-            })
-        };
-        self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut save);
-        tail.optim.borrow_mut().tensors_mut().into_iter().for_each(|t| save(TensorMut::Rank1(t)));
+        let mut out = save_all(self.params.borrow_mut().tensors_mut());
+        out.extend(save_all(tail.optim.borrow_mut().tensors_mut().into_iter().map(TensorMut::Rank1).collect()));
         if let Some((ema, _)) = &tail.ema {
-            ema.borrow_mut().tensors_mut().into_iter().for_each(&mut save);
+            out.extend(save_all(ema.borrow_mut().tensors_mut()));
+        }
+        if let Some(s) = &self.scaler {
+            out.extend(save_all(s.borrow_mut().tensors_mut().into_iter().map(TensorMut::Rank1).collect()));
         }
         out
     }
@@ -209,6 +218,9 @@ impl SegmentSpec {
         if let Some((ema, _)) = &tail.ema {
             ema.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
         }
+        if let Some(s) = &self.scaler {
+            s.borrow_mut().tensors_mut().into_iter().for_each(|t| load(TensorMut::Rank1(t)));
+        }
     }
 }
 
@@ -216,6 +228,45 @@ impl SegmentSpec {
 enum Saved {
     Rank4(Tensor<4>),
     Rank1(Tensor<1>),
+}
+
+/// Deep copies of `tensors` (their own buffers).
+fn save_all(tensors: Vec<TensorMut<'_>>) -> Vec<Saved> {
+    tensors
+        .into_iter()
+        .map(|t| match t {
+            TensorMut::Rank4(t) => Saved::Rank4(t.clone().mul_scalar(1.0)),
+            TensorMut::Rank1(t) => Saved::Rank1(t.clone().mul_scalar(1.0)),
+        })
+        .collect()
+}
+
+/// What an optimizer step writes: the parameters (BatchNorm statistics included, which it
+/// leaves alone) and the optimizer's state.
+fn updated_by_optimizer<'a>(params: &'a mut ParamStore, optim: &'a mut dyn Optimizer) -> Vec<TensorMut<'a>> {
+    let mut out = params.tensors_mut();
+    out.extend(optim.tensors_mut().into_iter().map(TensorMut::Rank1));
+    out
+}
+
+/// Puts `kept` back into `tensors`, in place, unless `finite` (`[1]`, on the device) holds:
+/// a skipped step decided without reading anything back.
+fn keep_unless(finite: &Tensor<1, Bool>, tensors: Vec<TensorMut<'_>>, kept: &[Saved]) {
+    for (t, old) in tensors.into_iter().zip(kept) {
+        match (t, old) {
+            (TensorMut::Rank4(t), Saved::Rank4(old)) => {
+                let mask = finite.clone().reshape([1, 1, 1, 1]).expand(t.dims());
+                let chosen = old.clone().mask_where(mask, t.clone());
+                write_into(t, chosen);
+            }
+            (TensorMut::Rank1(t), Saved::Rank1(old)) => {
+                let mask = finite.clone().expand(t.dims());
+                let chosen = old.clone().mask_where(mask, t.clone());
+                write_into(t, chosen);
+            }
+            _ => unreachable!("kept in the same order"),
+        }
+    }
 }
 
 type Closure = Box<dyn FnMut() -> SegmentOut>;
@@ -394,6 +445,7 @@ impl Trainer<'_> {
             loss: self.loss.clone(),
             aux_weight: self.aux_weight,
             factor: self.loss_factor(),
+            scaler: self.precision.scaler.clone(),
             split: self.split_graphs,
             seam: self.seam,
             reduce: (update && self.replica.world() > 1).then(|| {
@@ -481,6 +533,7 @@ mod tests {
             loss,
             aux_weight,
             factor: 1.0,
+            scaler: None,
             tail: None,
             split: true,
             seam: None,

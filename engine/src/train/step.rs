@@ -1,12 +1,16 @@
 //! One training step: the manifest's stages run in DAG order, each reading the values its
 //! inputs name and producing its outputs.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 use libreyolo_families::{Ctx, HeadMaps, Network, ParamId, ParamStore};
 use libreyolo_stages::data::Batch;
 use libreyolo_stages::loss::{LossTerms, Yolo9Loss};
 
 use super::Trainer;
+use super::precision::{LossScale, read_finite};
 
 /// Values flowing between the stages of one step.
 #[derive(Default)]
@@ -19,7 +23,8 @@ pub struct StepValues {
     pub maps: Option<HeadMaps>,
     pub loss: Option<LossTerms>,
     pub grads: Option<Vec<(ParamId, Tensor<1>)>>,
-    /// The optimizer ran this step (not a gradient-accumulation micro-step or a skipped step).
+    /// An optimizer step closed this step (not a gradient-accumulation micro-step): taken, or
+    /// skipped by the loss scale; the EMA and the schedule advance either way (LibreYOLO).
     pub stepped: bool,
     /// An eager step's first run on its input shape: its name and the kernels compiled before
     /// it ([`crate::precompile`]), recorded once the step ran.
@@ -107,23 +112,22 @@ pub fn loss(loss: &Yolo9Loss, aux_weight: f64, strides: &[usize], maps: HeadMaps
     terms
 }
 
-/// Gradients of `total * factor` for every trainable parameter of `cx`.
-pub fn backward(total: &Tensor<1>, factor: f64, cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
+/// Gradients of `total * factor` (times the loss scale with one) for every trainable parameter
+/// of `cx`.
+pub fn backward(total: &Tensor<1>, factor: f64, scaler: Option<&Rc<RefCell<LossScale>>>, cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
     let total = if factor != 1.0 { total.clone().mul_scalar(factor) } else { total.clone() };
+    let total = match scaler {
+        Some(s) => s.borrow().scale_loss(total),
+        None => total,
+    };
     cx.gradients(&total.backward())
 }
 
 impl Trainer<'_> {
-    /// The factor of the loss before backward: accumulation and the fp16 loss scale.
+    /// The factor of the loss before backward (the loss scale apart): 1 / the micro-batches of
+    /// an accumulation window.
     pub(super) fn loss_factor(&self) -> f64 {
-        let mut f = 1.0;
-        if self.accumulate > 1 {
-            f /= self.accumulate as f64;
-        }
-        if let Some(s) = &self.precision.scaler {
-            f *= s.scale;
-        }
-        f
+        if self.accumulate > 1 { 1.0 / self.accumulate as f64 } else { 1.0 }
     }
 
     /// Writes this step's optimizer and EMA scalars into their device buffers.
@@ -227,7 +231,7 @@ impl Trainer<'_> {
                     }
                     let total = v.loss.as_ref().ok_or_else(|| anyhow::anyhow!("network.backward ran before the loss"))?.total.clone();
                     let cx = v.ctx.take().ok_or_else(|| anyhow::anyhow!("network.backward without a forward"))?;
-                    let grads = backward(&total, self.loss_factor(), &cx);
+                    let grads = backward(&total, self.loss_factor(), self.precision.scaler.as_ref(), &cx);
                     v.grads = Some(self.step_gradients(grads, last_micro));
                 }
                 "grad.clip" => {
@@ -243,12 +247,15 @@ impl Trainer<'_> {
                         return Ok(());
                     }
                     let mut grads = v.grads.take().unwrap_or_default();
-                    if let Some(s) = self.precision.scaler.as_mut()
-                        && !s.unscale(&mut grads)
-                    {
-                        return Ok(()); // non-finite gradients: skip this step
-                    }
                     self.write_scalars();
+                    if let Some(s) = &self.precision.scaler
+                        && !read_finite(s.borrow_mut().unscale(&mut grads))
+                    {
+                        // Non-finite gradients: `GradScaler.step` skips the optimizer; LibreYOLO's
+                        // EMA and schedule go on.
+                        v.stepped = true;
+                        return Ok(());
+                    }
                     self.optim.borrow_mut().step(&mut self.model.params.borrow_mut(), grads, &self.scalars.borrow());
                     self.optim.borrow_mut().finish_step();
                     v.stepped = true;

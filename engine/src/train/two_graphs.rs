@@ -74,6 +74,10 @@ fn middle(spec: &SegmentSpec, outputs: &[Tensor<4>], targets: Tensor<3>) -> Midd
     let strides = spec.network.head().strides.clone();
     let terms = loss(&spec.loss, spec.aux_weight, &strides, maps, targets, spec.forward.group());
     let total = if spec.factor != 1.0 { terms.total.clone().mul_scalar(spec.factor) } else { terms.total.clone() };
+    let total = match &spec.scaler {
+        Some(s) => s.borrow().scale_loss(total),
+        None => total,
+    };
     let grads = total.backward();
     let upstream = leaves.iter().map(|l| l.grad(&grads).expect("every output of the forward graph reaches the loss").inner()).collect();
     let (grads, stats) = match cx {
