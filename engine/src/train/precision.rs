@@ -125,6 +125,12 @@ impl LossScale {
         write_into(&mut self.good, good);
     }
 
+    /// Whether this scale owns its buffers, so that its in-place update reaches the buffers a
+    /// captured graph reads (a handle kept elsewhere would send it to a new one).
+    pub fn owns_its_buffers(&self) -> bool {
+        self.scale.can_mut() && self.inv.can_mut() && self.good.can_mut()
+    }
+
     /// The current scale, read back (checkpoints).
     pub fn read(&self) -> f64 {
         self.scale.clone().into_scalar::<f32>() as f64

@@ -143,6 +143,12 @@ impl SegmentSpec {
         {
             tail.shared.replace(Some(shared));
         }
+        if tail.require_unique
+            && let Some(s) = &self.scaler
+            && !s.borrow().owns_its_buffers()
+        {
+            tail.shared.replace(Some("the loss scale".into()));
+        }
         params.fold_batch_stats(stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
         let finite = self.scaler.as_ref().map(|s| s.borrow_mut().unscale(&mut grads));
         super::step::clip_global_norm(&mut grads, tail.clip_max_norm);
