@@ -184,6 +184,19 @@ impl ParamStore {
             .collect()
     }
 
+    /// The trainable tensors (what an optimizer step writes), in state-dict order.
+    pub fn trainable_tensors_mut(&mut self) -> Vec<TensorMut<'_>> {
+        self.entries
+            .iter_mut()
+            .filter(|e| e.role.is_trainable())
+            .filter_map(|e| match &mut e.value {
+                Value::Rank4(t) => Some(TensorMut::Rank4(t)),
+                Value::Rank1(t) => Some(TensorMut::Rank1(t)),
+                Value::Count(_) => None,
+            })
+            .collect()
+    }
+
     /// Moves every tensor to `device`.
     pub fn to_device(&mut self, device: &Device) {
         for e in &mut self.entries {

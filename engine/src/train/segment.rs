@@ -247,10 +247,9 @@ fn save_all(tensors: Vec<TensorMut<'_>>) -> Vec<Saved> {
         .collect()
 }
 
-/// What an optimizer step writes: the parameters (BatchNorm statistics included, which it
-/// leaves alone) and the optimizer's state.
+/// What an optimizer step writes: the trainable parameters and the optimizer's state.
 fn updated_by_optimizer<'a>(params: &'a mut ParamStore, optim: &'a mut dyn Optimizer) -> Vec<TensorMut<'a>> {
-    let mut out = params.tensors_mut();
+    let mut out = params.trainable_tensors_mut();
     out.extend(optim.tensors_mut().into_iter().map(TensorMut::Rank1));
     out
 }
