@@ -64,7 +64,9 @@ pub const HISTORY_FILE: &str = "precompile.json";
 #[derive(Debug)]
 pub struct Precompile {
     mode: Mode,
-    seen: HashSet<String>,
+    /// The kinds of step and input shapes this process ran (a process's family, size and
+    /// precision do not change).
+    seen: HashSet<(&'static str, [usize; 4])>,
     history: BTreeMap<String, u64>,
     path: PathBuf,
 }
@@ -78,11 +80,17 @@ impl Precompile {
         Self { mode, seen: HashSet::new(), history, path }
     }
 
-    /// `None` when `step` already ran in this process; else whether to dry-run it first: unless
-    /// its last first run compiled at most [`FEW_KERNELS`] (in [`Mode::WhenWorthIt`]).
-    pub fn first_run(&mut self, step: &str) -> Option<bool> {
-        let always = self.mode == Mode::Always;
-        self.seen.insert(step.to_string()).then(|| always || self.history.get(step).is_none_or(|&n| n > FEW_KERNELS))
+    /// `None` when a step of this `kind` already ran on `dims` in this process (checked before
+    /// `name` is asked for: it runs every step); else the step's name in the history and whether
+    /// to dry-run it first: unless its last first run compiled at most [`FEW_KERNELS`] (in
+    /// [`Mode::WhenWorthIt`]).
+    pub fn first_run(&mut self, kind: &'static str, dims: [usize; 4], name: impl FnOnce() -> String) -> Option<(String, bool)> {
+        if !self.seen.insert((kind, dims)) {
+            return None;
+        }
+        let step = name();
+        let dry = self.mode == Mode::Always || self.history.get(&step).is_none_or(|&n| n > FEW_KERNELS);
+        Some((step, dry))
     }
 
     /// Keeps what `step`'s first run compiled (the dry run included) for the next process.
@@ -129,17 +137,20 @@ mod tests {
     #[test]
     fn the_history_skips_dry_runs_that_would_compile_nothing() {
         let dir = tempfile::tempdir().unwrap();
+        const B8: [usize; 4] = [8, 3, 640, 640];
+        let dry = |p: &mut Precompile, kind, name: &str| p.first_run(kind, B8, || name.to_string()).map(|(_, dry)| dry);
         let mut p = Precompile::load(Mode::WhenWorthIt, dir.path());
-        assert_eq!(p.first_run("t b8"), Some(true), "never seen: dry run");
-        assert_eq!(p.first_run("t b8"), None, "seen in this process");
+        assert_eq!(p.first_run("step", B8, || "t b8".into()), Some(("t b8".into(), true)), "never seen: dry run");
+        assert_eq!(dry(&mut p, "step", "t b8"), None, "seen in this process");
+        assert_eq!(p.first_run("step", [16, 3, 640, 640], || "t b16".into()).map(|(_, dry)| dry), Some(true), "another shape");
         p.record("t b8", 617);
         p.record("s b8", FEW_KERNELS);
         let mut next = Precompile::load(Mode::WhenWorthIt, dir.path());
-        assert_eq!(next.first_run("t b8"), Some(true), "617 compiled last time");
-        assert_eq!(next.first_run("s b8"), Some(false), "few compiled last time");
-        assert_eq!(Precompile::load(Mode::Always, dir.path()).first_run("s b8"), Some(true), "forced");
+        assert_eq!(dry(&mut next, "step", "t b8"), Some(true), "617 compiled last time");
+        assert_eq!(dry(&mut next, "eager", "s b8"), Some(false), "few compiled last time");
+        assert_eq!(dry(&mut Precompile::load(Mode::Always, dir.path()), "step", "s b8"), Some(true), "forced");
         std::fs::write(dir.path().join(HISTORY_FILE), "{not json").unwrap();
-        assert_eq!(Precompile::load(Mode::WhenWorthIt, dir.path()).first_run("s b8"), Some(true));
+        assert_eq!(dry(&mut Precompile::load(Mode::WhenWorthIt, dir.path()), "step", "s b8"), Some(true));
     }
 
     /// The CPU backend has no dry run (it would run the step for real), and replicas would

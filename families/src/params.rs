@@ -174,21 +174,19 @@ impl ParamStore {
 
     /// Every float tensor, mutably, in store order.
     pub fn tensors_mut(&mut self) -> Vec<TensorMut<'_>> {
-        self.entries
-            .iter_mut()
-            .filter_map(|e| match &mut e.value {
-                Value::Rank4(t) => Some(TensorMut::Rank4(t)),
-                Value::Rank1(t) => Some(TensorMut::Rank1(t)),
-                Value::Count(_) => None,
-            })
-            .collect()
+        self.tensors_mut_where(|_| true)
     }
 
     /// The trainable tensors (what an optimizer step writes), in state-dict order.
     pub fn trainable_tensors_mut(&mut self) -> Vec<TensorMut<'_>> {
+        self.tensors_mut_where(|e| e.role.is_trainable())
+    }
+
+    /// The tensors of the entries `keep` accepts, in state-dict order.
+    fn tensors_mut_where(&mut self, keep: impl Fn(&Entry) -> bool) -> Vec<TensorMut<'_>> {
         self.entries
             .iter_mut()
-            .filter(|e| e.role.is_trainable())
+            .filter(|e| keep(e))
             .filter_map(|e| match &mut e.value {
                 Value::Rank4(t) => Some(TensorMut::Rank4(t)),
                 Value::Rank1(t) => Some(TensorMut::Rank1(t)),

@@ -214,11 +214,7 @@ impl SegmentSpec {
     fn restore(&self, saved: &[Saved]) {
         let Some(tail) = &self.tail else { return };
         let mut saved = saved.iter();
-        let mut load = |t: TensorMut<'_>| match (t, saved.next()) {
-            (TensorMut::Rank4(t), Some(Saved::Rank4(v))) => write_into(t, v.clone()),
-            (TensorMut::Rank1(t), Some(Saved::Rank1(v))) => write_into(t, v.clone()),
-            _ => unreachable!("restored in the order saved"),
-        };
+        let mut load = |t: TensorMut<'_>| write_saved(t, saved.next().expect("restored in the order saved"), None);
         self.params.borrow_mut().tensors_mut().into_iter().for_each(&mut load);
         tail.optim.borrow_mut().tensors_mut().into_iter().for_each(|t| load(TensorMut::Rank1(t)));
         if let Some((ema, _)) = &tail.ema {
@@ -258,19 +254,29 @@ fn updated_by_optimizer<'a>(params: &'a mut ParamStore, optim: &'a mut dyn Optim
 /// a skipped step decided without reading anything back.
 fn keep_unless(finite: &Tensor<1, Bool>, tensors: Vec<TensorMut<'_>>, kept: &[Saved]) {
     for (t, old) in tensors.into_iter().zip(kept) {
-        match (t, old) {
-            (TensorMut::Rank4(t), Saved::Rank4(old)) => {
-                let mask = finite.clone().reshape([1, 1, 1, 1]).expand(t.dims());
-                let chosen = old.clone().mask_where(mask, t.clone());
-                write_into(t, chosen);
-            }
-            (TensorMut::Rank1(t), Saved::Rank1(old)) => {
-                let mask = finite.clone().expand(t.dims());
-                let chosen = old.clone().mask_where(mask, t.clone());
-                write_into(t, chosen);
-            }
-            _ => unreachable!("kept in the same order"),
+        write_saved(t, old, Some(finite));
+    }
+}
+
+/// Writes `saved` into `t`, in place; with `unless`, only where it is false (`[1]`, on the
+/// device), `t` keeping its value where it holds.
+fn write_saved(t: TensorMut<'_>, saved: &Saved, unless: Option<&Tensor<1, Bool>>) {
+    match (t, saved) {
+        (TensorMut::Rank4(t), Saved::Rank4(old)) => {
+            let value = match unless {
+                Some(keep_new) => old.clone().mask_where(keep_new.clone().reshape([1, 1, 1, 1]).expand(t.dims()), t.clone()),
+                None => old.clone(),
+            };
+            write_into(t, value);
         }
+        (TensorMut::Rank1(t), Saved::Rank1(old)) => {
+            let value = match unless {
+                Some(keep_new) => old.clone().mask_where(keep_new.clone().expand(t.dims()), t.clone()),
+                None => old.clone(),
+            };
+            write_into(t, value);
+        }
+        _ => unreachable!("written back in the order saved"),
     }
 }
 
@@ -475,9 +481,8 @@ impl Trainer<'_> {
     /// ran; `None` when the shape was seen or nothing is dry-run.
     pub(super) fn precompile_eager(&mut self, images: &Tensor<4>, targets: &Tensor<3>) -> Option<(String, u64)> {
         let dims = images.dims();
-        let m = &self.loaded.manifest;
-        let step = format!("{}-{} eager {:?} {:?}", m.model.family, m.model.size, dims, self.precision.compute);
-        let dry = self.precompile.as_mut()?.first_run(&step)?;
+        let (m, compute) = (&self.loaded.manifest, self.precision.compute);
+        let (step, dry) = self.precompile.as_mut()?.first_run("eager", dims, || format!("{}-{} eager {dims:?} {compute:?}", m.model.family, m.model.size))?;
         let before = crate::precompile::compiled_so_far();
         if dry {
             self.segment_spec(true).precompile(&self.device, "eager step", images.clone(), targets.clone());
@@ -498,18 +503,23 @@ impl Trainer<'_> {
         let mut ops = SegmentOps { spec: &spec, device: &self.device, images, targets, allow_software: std::env::var_os(SOFTWARE_ENV).is_some() };
         let key = ops.key();
         // The step as the kernel cache sees it: the network, the segment's extent, the input.
-        let step = format!("{}-{} split={} update={} {:?} {}", self.loaded.manifest.model.family, self.loaded.manifest.model.size, spec.split, spec.tail.is_some(), key.dims, key.dtype);
-        let first_run = self.precompile.as_mut().and_then(|p| p.first_run(&step));
-        let compiled_before = first_run.map(|_| crate::precompile::compiled_so_far());
-        if first_run == Some(true) {
-            spec.precompile(&self.device, "captured step", ops.images.clone(), ops.targets.clone());
-        }
+        let m = &self.loaded.manifest;
+        let first_run = self.precompile.as_mut().and_then(|p| {
+            p.first_run("captured", ops.images.dims(), || format!("{}-{} split={} update={} {:?} {}", m.model.family, m.model.size, spec.split, spec.tail.is_some(), key.dims, key.dtype))
+        });
+        let first_run = first_run.map(|(step, dry)| {
+            let before = crate::precompile::compiled_so_far();
+            if dry {
+                spec.precompile(&self.device, "captured step", ops.images.clone(), ops.targets.clone());
+            }
+            (step, before)
+        });
         let graphs = self.graphs.as_mut().expect("run_segment needs the capture manager");
         let before = graphs.replays();
         let out = graphs.run(&key, &mut ops);
         let replayed = graphs.replays() > before;
-        if let Some(before) = compiled_before {
-            self.record_first_run((step, before));
+        if let Some(first_run) = first_run {
+            self.record_first_run(first_run);
         }
         if replayed && let Some(p) = self.profiler.as_mut() {
             p.graph_replayed();

@@ -112,15 +112,18 @@ pub fn loss(loss: &Yolo9Loss, aux_weight: f64, strides: &[usize], maps: HeadMaps
     terms
 }
 
-/// Gradients of `total * factor` (times the loss scale with one) for every trainable parameter
-/// of `cx`.
-pub fn backward(total: &Tensor<1>, factor: f64, scaler: Option<&Rc<RefCell<LossScale>>>, cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
+/// What backward differentiates: `total * factor`, times the loss scale with one.
+pub fn scaled_total(total: &Tensor<1>, factor: f64, scaler: Option<&Rc<RefCell<LossScale>>>) -> Tensor<1> {
     let total = if factor != 1.0 { total.clone().mul_scalar(factor) } else { total.clone() };
-    let total = match scaler {
+    match scaler {
         Some(s) => s.borrow().scale_loss(total),
         None => total,
-    };
-    cx.gradients(&total.backward())
+    }
+}
+
+/// Gradients of [`scaled_total`] for every trainable parameter of `cx`.
+pub fn backward(total: &Tensor<1>, factor: f64, scaler: Option<&Rc<RefCell<LossScale>>>, cx: &Ctx) -> Vec<(ParamId, Tensor<1>)> {
+    cx.gradients(&scaled_total(total, factor, scaler).backward())
 }
 
 impl Trainer<'_> {

@@ -24,7 +24,7 @@ use libreyolo_families::{BatchStats, Ctx, HeadMaps, ParamId};
 use libreyolo_stages::loss::LossTerms;
 
 use super::segment::{SegmentOut, SegmentSpec};
-use super::step::{compute_input, forward, loss, train_ctx};
+use super::step::{compute_input, forward, loss, scaled_total, train_ctx};
 use crate::capture::{fresh_copy, write_into};
 
 /// The maps of a forward as one list: the main head's, then the auxiliary head's.
@@ -73,12 +73,7 @@ fn middle(spec: &SegmentSpec, outputs: &[Tensor<4>], targets: Tensor<3>) -> Midd
     };
     let strides = spec.network.head().strides.clone();
     let terms = loss(&spec.loss, spec.aux_weight, &strides, maps, targets, spec.forward.group());
-    let total = if spec.factor != 1.0 { terms.total.clone().mul_scalar(spec.factor) } else { terms.total.clone() };
-    let total = match &spec.scaler {
-        Some(s) => s.borrow().scale_loss(total),
-        None => total,
-    };
-    let grads = total.backward();
+    let grads = scaled_total(&terms.total, spec.factor, spec.scaler.as_ref()).backward();
     let upstream = leaves.iter().map(|l| l.grad(&grads).expect("every output of the forward graph reaches the loss").inner()).collect();
     let (grads, stats) = match cx {
         Some(cx) => (cx.gradients(&grads), cx.take_batch_stats()),
