@@ -58,6 +58,10 @@ remote)
     # The driver's PTX -> SASS JIT cache, inside the kernel cache: only PTX kernels use it (the
     # CUBIN ones our cubecl-cuda emits by default do not; CUBECL_CUDA_NVRTC_TARGET=ptx for A/B).
     export CUDA_CACHE_PATH=$LIBREYOLO_KERNEL_CACHE/nv-compute-cache CUDA_CACHE_MAXSIZE=4294967296
+    # A machine kept warm between calls still has the last call's cache: the carried one goes
+    # into an empty directory, never over it (its SQLite write-ahead log mixed into the new
+    # database: "Invalid page type", then a poisoned device, on 2026-12-01).
+    rm -rf "$LIBREYOLO_KERNEL_CACHE"
     mkdir -p "$LIBREYOLO_KERNEL_CACHE"
     if [ -f "$GPU_DIR/kernels.tar.xz" ]; then
         tar -xJf "$GPU_DIR/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE"
