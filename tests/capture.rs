@@ -110,6 +110,16 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(scale <= (1e38f32 / 2.0) as f64 && scale > 1e30, "no step was skipped, or all were: {state}");
     assert!(tensors("whole-overflow") != tensors("whole-scaled"));
     assert_eq!(losses("eager"), losses("whole-scaled"));
+    // AdamW's bias corrections depend on how many steps it took: its count lives on the
+    // device, so a skipped step leaves it as it was in the whole step as eagerly (torch's
+    // `state['step']` when `GradScaler` skips `optimizer.step()`).
+    let adamw = ["optimizer=adamw", "lr0=0.001"];
+    let (ok, log) = train_with(dir.path(), "eager-overflow-adamw", &adamw, &overflow);
+    assert!(ok, "{log}");
+    let (ok, log) = train_with(dir.path(), "whole-overflow-adamw", &[&whole[..], &adamw[..]].concat(), &overflow);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training step").count(), 1, "{log}");
+    assert!(weights("eager-overflow-adamw") == weights("whole-overflow-adamw"), "AdamW's skipped steps differ between eager and the whole step");
 
     // The shipped plan, LibreYOLO's contract: forward and backward captured, the loss eager
     // between them, its gradients written into the backward's upstream buffers.

@@ -238,7 +238,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         model: Model { network: Rc::new(network), params: Rc::new(RefCell::new(params)) },
         optim: Rc::new(RefCell::new(optim)),
         ema: ema.map(|e| Rc::new(RefCell::new(e))),
-        scalars: Rc::new(RefCell::new(Scalars::new([0.0; 5], &device))),
+        scalars: Rc::new(RefCell::new(Scalars::new(0.0, 0.0, &device))),
         ema_scalars: Rc::new(RefCell::new(DecayScalars::new(0.0, &device))),
         captures_update: false,
         split_graphs: false,

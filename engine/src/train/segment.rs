@@ -568,7 +568,7 @@ mod tests {
         libreyolo_stages::optim::Optimizer::init_state(&mut sgd, &spec.params.borrow());
         spec.tail = Some(StepTail {
             optim: Rc::new(RefCell::new(Box::new(sgd))),
-            scalars: Rc::new(RefCell::new(Scalars::new([0.1, 0.0, 1.0, 1.0, 1.0], &images.device()))),
+            scalars: Rc::new(RefCell::new(Scalars::new(0.1, 0.0, &images.device()))),
             ema: None,
             clip_max_norm: 0.0,
             require_unique: false,

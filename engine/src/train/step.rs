@@ -136,16 +136,15 @@ impl Trainer<'_> {
     /// Writes this step's optimizer and EMA scalars into their device buffers.
     fn write_scalars(&mut self) {
         let (lr, momentum) = self.schedule.at(self.iteration);
-        let values = self.optim.borrow().scalars(lr, momentum);
-        self.scalars.borrow_mut().write(values);
+        self.scalars.borrow_mut().write(lr, momentum);
         if let Some(ema) = &self.ema {
             self.ema_scalars.borrow_mut().write(ema.borrow().next_decay());
         }
     }
 
-    /// Host bookkeeping of a captured whole step: the optimizer's and the EMA's counters.
-    fn finish_optimizer_step(&mut self) {
-        self.optim.borrow_mut().finish_step();
+    /// Host bookkeeping of a captured whole step: the EMA's update count (the optimizer keeps
+    /// its own on the device).
+    fn finish_captured_update(&mut self) {
         if let Some(ema) = &self.ema {
             ema.borrow_mut().finish_update(&self.model.params.borrow());
         }
@@ -198,7 +197,7 @@ impl Trainer<'_> {
                         let out = self.run_segment(images, targets);
                         if self.captures_update {
                             self.model.params.borrow_mut().count_batches(&out.stats);
-                            self.finish_optimizer_step();
+                            self.finish_captured_update();
                             v.stepped = true;
                         } else {
                             self.model.params.borrow_mut().apply_batch_stats(out.stats, libreyolo_families::blocks::batch_norm::MOMENTUM);
@@ -260,7 +259,6 @@ impl Trainer<'_> {
                         return Ok(());
                     }
                     self.optim.borrow_mut().step(&mut self.model.params.borrow_mut(), grads, &self.scalars.borrow());
-                    self.optim.borrow_mut().finish_step();
                     v.stepped = true;
                 }
                 "ema" => {

@@ -1,5 +1,8 @@
 //! AdamW as `torch.optim.AdamW`: decoupled weight decay `p -= lr * wd * p`, then
 //! `m = b1 m + (1 - b1) g`, `v = b2 v + (1 - b2) g^2`, `p -= lr * m_hat / (sqrt(v_hat) + eps)`.
+//! The step count behind the bias corrections `m_hat = m / (1 - b1^t)`, `v_hat = v / (1 - b2^t)`
+//! is a device scalar advanced by the step itself: a captured step that fp16's loss scale skips
+//! puts it back with the moments, as `GradScaler` skipping `optimizer.step()` leaves torch's.
 
 use std::collections::HashMap;
 
@@ -7,20 +10,38 @@ use burn::tensor::Tensor;
 use libreyolo_families::params::update_in_place;
 use libreyolo_families::{ParamId, ParamStore};
 
-use super::{Optimizer, Scalars, decay_for, trainable, update_param, zeros_for};
+use super::{Optimizer, Scalars, decay_for, device_scalar, trainable, update_param, write_scalar, zeros_for};
 
 pub struct AdamW {
     pub weight_decay: f64,
     pub beta2: f64,
     pub eps: f64,
-    steps: u64,
+    /// Steps taken (`[1]`, f32, exact to 2^24), on the device; created by `init_state`.
+    steps: Option<Tensor<1>>,
     moments: HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
 }
 
 impl AdamW {
     pub fn new(weight_decay: f64) -> Self {
-        Self { weight_decay, beta2: 0.999, eps: 1e-8, steps: 0, moments: HashMap::new() }
+        Self { weight_decay, beta2: 0.999, eps: 1e-8, steps: None, moments: HashMap::new() }
     }
+
+    /// Advances the step count; this step's bias corrections `(1 - b1^t, 1 - b2^t)`, with this
+    /// step's beta1 (the warm-up moves it), as torch computes them.
+    fn next_bias_corrections(&mut self, store: &ParamStore, beta1: &Tensor<1>) -> (Tensor<1>, Tensor<1>) {
+        let steps = self.steps.get_or_insert_with(|| new_count(store));
+        update_in_place(steps, store.stable_buffers(), |t| t.add_scalar(1.0));
+        let t = steps.clone();
+        let bias1 = beta1.clone().powf(t.clone()).neg().add_scalar(1.0);
+        let bias2 = t.mul_scalar(self.beta2.ln()).exp().neg().add_scalar(1.0);
+        (bias1, bias2)
+    }
+}
+
+/// A zero step count on the device of `store`'s parameters.
+fn new_count(store: &ParamStore) -> Tensor<1> {
+    let (first, _) = trainable(store).next().expect("a network has trainable parameters");
+    device_scalar(0.0, &zeros_for(store, first).device())
 }
 
 impl Optimizer for AdamW {
@@ -28,35 +49,29 @@ impl Optimizer for AdamW {
         for (id, _) in trainable(store) {
             self.moments.entry(id).or_insert_with(|| (zeros_for(store, id), zeros_for(store, id)));
         }
-    }
-
-    /// Bias corrections with this step's beta1, as torch computes them.
-    fn scalars(&self, lr: f64, beta1: f64) -> [f64; 5] {
-        let t = (self.steps + 1) as i32;
-        [lr, beta1, 1.0 - beta1, 1.0 - beta1.powi(t), 1.0 - self.beta2.powi(t)]
+        self.steps.get_or_insert_with(|| new_count(store));
     }
 
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         let (b2, eps) = (self.beta2, self.eps);
         let stable = store.stable_buffers();
+        let (bias1, bias2) = self.next_bias_corrections(store, &s.momentum);
         for (id, g) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
             let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
             update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
             update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
-            let step = m.clone().div(s.bias1.clone()).div(v.clone().div(s.bias2.clone()).sqrt().add_scalar(eps)).mul(s.lr.clone());
+            let step = m.clone().div(bias1.clone()).div(v.clone().div(bias2.clone()).sqrt().add_scalar(eps)).mul(s.lr.clone());
             let keep = s.lr.clone().mul_scalar(-wd).add_scalar(1.0);
             update_param(store, id, |p| p.mul(keep).sub(step));
         }
     }
 
-    fn finish_step(&mut self) {
-        self.steps += 1;
-    }
-
     /// The bias corrections continue from the checkpoint's step count.
     fn resume_steps(&mut self, steps: u64) {
-        self.steps = steps;
+        if let Some(t) = self.steps.as_mut() {
+            write_scalar(t, steps as f64);
+        }
     }
 
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)> {
@@ -88,6 +103,61 @@ impl Optimizer for AdamW {
     }
 
     fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>> {
-        self.moments.values_mut().flat_map(|(m, v)| [m, v]).collect()
+        self.steps.iter_mut().chain(self.moments.values_mut().flat_map(|(m, v)| [m, v])).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution, Tensor};
+    use libreyolo_families::params::BuildState;
+
+    use super::*;
+
+    /// Three steps against torch.optim.AdamW's formulas computed here in f64 (a decayed weight
+    /// and an undecayed bias, beta1 moved between steps as the warm-up does), to 2e-4 of the
+    /// learning rate (f32 rounding; a step count off by one moves an update by 10% and more); then a step whose count is put back (what fp16's skip does) repeats the previous
+    /// step's bias corrections.
+    #[test]
+    fn matches_torch_adamw_and_counts_steps_on_the_device() {
+        let device = Device::flex();
+        let mut state = BuildState::new(3);
+        let mut b = state.builder(&device);
+        let (w, bias) = (b.conv_weight(2, 2, 1), b.conv_bias(2, 2));
+        let mut store = state.store;
+        let values = |t: Tensor<1>| t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap();
+        let mut p: Vec<Vec<f64>> = vec![values(store.rank4(w).clone().flatten(0, 3)), values(store.rank1(bias).clone())];
+        let mut m = vec![vec![0.0; 4], vec![0.0; 2]];
+        let mut v = m.clone();
+        let (lr, wd, b2, eps) = (0.01, 0.05, 0.999, 1e-8);
+        let mut adamw = AdamW::new(wd);
+        adamw.init_state(&store);
+        for (t, beta1) in [(1, 0.8), (2, 0.85), (3, 0.9)] {
+            let grads: Vec<Tensor<1>> = [4, 2].iter().map(|&n| Tensor::random([n], Distribution::Normal(0.0, 1.0), &device)).collect();
+            for (k, g) in grads.iter().enumerate() {
+                let decay = if k == 0 { wd } else { 0.0 };
+                for (i, g) in values(g.clone()).into_iter().enumerate() {
+                    m[k][i] = beta1 * m[k][i] + (1.0 - beta1) * g;
+                    v[k][i] = b2 * v[k][i] + (1.0 - b2) * g * g;
+                    let (m_hat, v_hat) = (m[k][i] / (1.0 - f64::powi(beta1, t)), v[k][i] / (1.0 - f64::powi(b2, t)));
+                    p[k][i] = p[k][i] * (1.0 - lr * decay) - lr * m_hat / (v_hat.sqrt() + eps);
+                }
+            }
+            adamw.step(&mut store, vec![(w, grads[0].clone()), (bias, grads[1].clone())], &Scalars::new(lr, beta1, &device));
+            let got = [values(store.rank4(w).clone().flatten(0, 3)), values(store.rank1(bias).clone())];
+            for (want, got) in p.iter().flatten().zip(got.iter().flatten()) {
+                assert!((want - got).abs() < 2e-4 * lr, "step {t}: {got} where torch's formula gives {want}");
+            }
+        }
+        let count = |a: &mut AdamW| values(a.tensors_mut()[0].clone())[0];
+        assert_eq!(count(&mut adamw), 3.0);
+        // A skipped 4th step: the count goes back with the rest of the state; the next step is
+        // the 4th again.
+        let before = count(&mut adamw);
+        let (bias1, _) = adamw.next_bias_corrections(&store, &device_scalar(0.9, &device));
+        write_scalar(adamw.tensors_mut()[0], before);
+        let (again, _) = adamw.next_bias_corrections(&store, &device_scalar(0.9, &device));
+        assert_eq!(values(bias1.clone()), values(again));
+        assert!((values(bias1)[0] - (1.0 - 0.9f64.powi(4))).abs() < 1e-6);
     }
 }

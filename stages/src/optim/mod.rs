@@ -38,25 +38,24 @@ pub(crate) fn flat(store: &ParamStore, id: ParamId) -> Tensor<1> {
 
 /// This step's hyper-parameters as device scalars (shape `[1]`): a captured step reads them
 /// from these stable buffers, refreshed in place before each replay, instead of constants baked
-/// into its kernels. Host values: `[lr, momentum (beta1), 1 - momentum, 1 - beta1^t, 1 - beta2^t]`.
+/// into its kernels. The schedule's values: the learning rate and the momentum (SGD's momentum
+/// or AdamW's beta1).
 #[derive(Debug, Clone)]
 pub struct Scalars {
     pub lr: Tensor<1>,
     pub momentum: Tensor<1>,
     pub one_minus_momentum: Tensor<1>,
-    pub bias1: Tensor<1>,
-    pub bias2: Tensor<1>,
 }
 
 impl Scalars {
-    pub fn new(values: [f64; 5], device: &Device) -> Self {
+    pub fn new(lr: f64, momentum: f64, device: &Device) -> Self {
         let t = |v: f64| device_scalar(v, device);
-        Self { lr: t(values[0]), momentum: t(values[1]), one_minus_momentum: t(values[2]), bias1: t(values[3]), bias2: t(values[4]) }
+        Self { lr: t(lr), momentum: t(momentum), one_minus_momentum: t(1.0 - momentum) }
     }
 
-    /// Writes new values into the same buffers.
-    pub fn write(&mut self, values: [f64; 5]) {
-        for (t, v) in [&mut self.lr, &mut self.momentum, &mut self.one_minus_momentum, &mut self.bias1, &mut self.bias2].into_iter().zip(values) {
+    /// Writes this step's values into the same buffers.
+    pub fn write(&mut self, lr: f64, momentum: f64) {
+        for (t, v) in [&mut self.lr, &mut self.momentum, &mut self.one_minus_momentum].into_iter().zip([lr, momentum, 1.0 - momentum]) {
             write_scalar(t, v);
         }
     }
@@ -73,19 +72,15 @@ pub fn write_scalar(t: &mut Tensor<1>, value: f64) {
     libreyolo_families::params::write_into(t, new);
 }
 
-/// A step over the gradients of one backward pass. The device work (`step`) is separate from
-/// the host bookkeeping (`finish_step`), so that a captured step can replay the first while the
-/// executor does the second.
+/// A step over the gradients of one backward pass, device work only: its whole state lives in
+/// [`tensors_mut`](Optimizer::tensors_mut), so a captured step replays it, and a step skipped
+/// for a non-finite fp16 gradient puts all of it back (step counts included) with nothing read.
 pub trait Optimizer {
     /// Allocates the state of every trainable parameter (zeros), so that every step, the first
     /// included, runs the same operations on the same buffers.
     fn init_state(&mut self, store: &ParamStore);
-    /// This step's scalars on the host: `[lr, momentum, 1 - momentum, bias1, bias2]`.
-    fn scalars(&self, lr: f64, momentum: f64) -> [f64; 5];
     /// Applies one update with this step's scalars (momentum is SGD's momentum or AdamW's beta1).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, scalars: &Scalars);
-    /// Host bookkeeping after a step.
-    fn finish_step(&mut self) {}
     /// Continues after `steps` optimizer steps (resume).
     fn resume_steps(&mut self, _steps: u64) {}
     /// The optimizer state, by parameter name, for checkpoints.

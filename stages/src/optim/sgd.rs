@@ -29,10 +29,6 @@ impl Optimizer for Sgd {
         }
     }
 
-    fn scalars(&self, lr: f64, momentum: f64) -> [f64; 5] {
-        [lr, momentum, 1.0 - momentum, 1.0, 1.0]
-    }
-
     /// With zero-initialised buffers, `buf = momentum * buf + g` is `g` at the first step,
     /// exactly torch's `buf = g`. Both new values are computed before either is written, so the
     /// GPU backend fuses a parameter's whole update into one kernel (writing the buffer first
@@ -96,7 +92,7 @@ mod tests {
             let mut sgd = Sgd::new(5e-4, true);
             sgd.init_state(&store);
             let mut ema = Ema::new(&store, 0.9999, 2000.0);
-            let scalars = Scalars::new(sgd.scalars(0.01, 0.937), &device);
+            let scalars = Scalars::new(0.01, 0.937, &device);
             for g in &grads {
                 sgd.step(&mut store, g.clone(), &scalars);
                 ema.update_device(&store, &DecayScalars::new(ema.next_decay(), &device));
