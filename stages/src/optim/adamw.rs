@@ -18,18 +18,20 @@ pub struct AdamW {
     pub eps: f64,
     /// Steps taken (`[1]`, f32, exact to 2^24), on the device; created by `init_state`.
     steps: Option<Tensor<1>>,
+    /// Where the count starts (a resumed run's step count; resume comes before `init_state`).
+    resumed_at: u64,
     moments: HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
 }
 
 impl AdamW {
     pub fn new(weight_decay: f64) -> Self {
-        Self { weight_decay, beta2: 0.999, eps: 1e-8, steps: None, moments: HashMap::new() }
+        Self { weight_decay, beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: HashMap::new() }
     }
 
     /// Advances the step count; this step's bias corrections `(1 - b1^t, 1 - b2^t)`, with this
     /// step's beta1 (the warm-up moves it), as torch computes them.
     fn next_bias_corrections(&mut self, store: &ParamStore, beta1: &Tensor<1>) -> (Tensor<1>, Tensor<1>) {
-        let steps = self.steps.get_or_insert_with(|| new_count(store));
+        let steps = self.steps.get_or_insert_with(|| new_count(store, self.resumed_at));
         update_in_place(steps, store.stable_buffers(), |t| t.add_scalar(1.0));
         let t = steps.clone();
         let bias1 = beta1.clone().powf(t.clone()).neg().add_scalar(1.0);
@@ -38,10 +40,10 @@ impl AdamW {
     }
 }
 
-/// A zero step count on the device of `store`'s parameters.
-fn new_count(store: &ParamStore) -> Tensor<1> {
+/// A step count of `steps` on the device of `store`'s parameters.
+fn new_count(store: &ParamStore, steps: u64) -> Tensor<1> {
     let (first, _) = trainable(store).next().expect("a network has trainable parameters");
-    device_scalar(0.0, &zeros_for(store, first).device())
+    device_scalar(steps as f64, &zeros_for(store, first).device())
 }
 
 impl Optimizer for AdamW {
@@ -49,7 +51,7 @@ impl Optimizer for AdamW {
         for (id, _) in trainable(store) {
             self.moments.entry(id).or_insert_with(|| (zeros_for(store, id), zeros_for(store, id)));
         }
-        self.steps.get_or_insert_with(|| new_count(store));
+        self.steps.get_or_insert_with(|| new_count(store, self.resumed_at));
     }
 
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
@@ -69,6 +71,7 @@ impl Optimizer for AdamW {
 
     /// The bias corrections continue from the checkpoint's step count.
     fn resume_steps(&mut self, steps: u64) {
+        self.resumed_at = steps;
         if let Some(t) = self.steps.as_mut() {
             write_scalar(t, steps as f64);
         }
@@ -159,5 +162,10 @@ mod tests {
         let (again, _) = adamw.next_bias_corrections(&store, &device_scalar(0.9, &device));
         assert_eq!(values(bias1.clone()), values(again));
         assert!((values(bias1)[0] - (1.0 - 0.9f64.powi(4))).abs() < 1e-6);
+        // Resume sets the count before the state exists (the trainer resumes, then inits).
+        let mut resumed = AdamW::new(wd);
+        resumed.resume_steps(41);
+        resumed.init_state(&store);
+        assert_eq!(count(&mut resumed), 41.0);
     }
 }
