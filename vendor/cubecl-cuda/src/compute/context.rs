@@ -28,8 +28,8 @@ use cubecl_server::{
 use cudarc::driver::DriverError;
 use cudarc::driver::sys::CUfunc_st;
 use cudarc::driver::sys::{CUctx_st, CUfunction_attribute, CUstream};
-use std::ffi::CString;
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::ffi::c_char;
 use std::sync::Arc;
 use std::{ffi::CStr, os::raw::c_void};

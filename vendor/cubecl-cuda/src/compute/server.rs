@@ -658,7 +658,7 @@ impl CudaServer {
         let Err(err) = self.ctx.compile_kernel(kernel_id, kernel, logger, background) else {
             return false;
         };
-        if !launch_mode.is_skipped() {
+        if !background {
             // No compiled answer exists for a kernel that never compiled, so
             // the caller's declared IO decides what the failure claims: only
             // the outputs, never the buffers the kernel was only going to
