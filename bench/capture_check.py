@@ -27,6 +27,10 @@ MODES = {
     "eager": [],
     # The same eager run again, in a new process: the spread the kernels themselves leave.
     "eager_again": [],
+    # Eager with its first step dry-run first whatever the history says, and never: the dry run
+    # must leave training exactly as it was (engine/src/precompile.rs).
+    "eager_dry_run": [],
+    "eager_no_dry_run": [],
     "two_graphs": ["cuda_graph=true"],
     "whole_step": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
     # The whole step's code path (in-place updates, the segment's own forward/loss/backward)
@@ -40,9 +44,9 @@ MODES = {
     "whole_step_uncaptured_no_dry_run": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
 # A mode's environment, beside the caller's.
-ENVS = {"whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}}
+ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}}
 # (run, the run it is compared with)
-PAIRS = [("eager_again", "eager"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run")]
+PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 

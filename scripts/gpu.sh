@@ -5,7 +5,7 @@
 # carried back and forth so warm-up is paid once. See docs/gpu.md.
 #
 # Here (CPU machine):
-#   scripts/gpu.sh pack                   # cargo build --release, strip, xz -> .gpu/libreyolo-run.xz,
+#   scripts/gpu.sh pack                   # cargo build --release, strip --strip-debug, xz -> .gpu/libreyolo-run.xz,
 #                                         # plus .gpu/parity and .gpu/coco128 (fixtures and data)
 #   scripts/gpu.sh keep-cache DIR         # after a device call: DIR/kernels.tar.xz into .gpu/ (stale PTX dropped)
 # There (device tool, carry [".gpu"]):
@@ -25,7 +25,9 @@ case "${1:-}" in
 pack)
     cargo build --release # from the root: the workspace feature set (docs/build.md)
     mkdir -p "$GPU_DIR"
-    strip -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
+    # --strip-debug keeps the symbol table (+3.5 MB compressed): LIBREYOLO_HOST_PROFILE names
+    # functions only with it.
+    strip --strip-debug -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
     xz -6 -T0 -f "$GPU_DIR/libreyolo-run"
     # The parity fixture and COCO128 travel too: the GPU machine has no ../shared.
     rm -rf "$GPU_DIR/parity" "$GPU_DIR/coco128"

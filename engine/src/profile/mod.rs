@@ -11,6 +11,7 @@
 
 pub mod analysis;
 pub mod artifacts;
+pub mod host_sampler;
 pub mod kernels;
 pub mod timeline;
 pub mod trace;

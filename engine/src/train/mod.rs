@@ -34,6 +34,7 @@ use crate::device::ResolvedDevice;
 use crate::manifest::{LoadedManifest, Optimizer as OptimizerKind, Scheduler};
 use crate::capture::CaptureManager;
 use crate::capture::forward::{Forward, ForwardFn, ForwardGraph};
+use crate::profile::host_sampler::HostSampler;
 use crate::profile::{self, Profiler};
 use checkpoint::TrainState;
 use precision::{LossScale, Precision};
@@ -91,6 +92,8 @@ pub struct Trainer<'a> {
     profiler: Option<Profiler>,
     /// Where the profile is written, and whether the run stops after it.
     profile_out: Option<ProfileOut>,
+    /// `LIBREYOLO_HOST_PROFILE`: the host's stacks sampled over the first steps.
+    host_sampler: Option<HostSampler>,
     /// `data.fixed_batch`: the batch every step trains on.
     fixed_batch: Option<libreyolo_stages::data::Batch>,
     /// The capture manager of the forward + loss + backward segment, when it is captured.
@@ -253,6 +256,7 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         grad_accumulator: vec![],
         profiler: None,
         profile_out: None,
+        host_sampler: HostSampler::from_env()?,
         graphs: None,
         fixed_batch: None,
         replica: replica.clone(),
@@ -529,6 +533,9 @@ impl Trainer<'_> {
             }
             let last_micro = (i + 1) % self.accumulate == 0 || i + 1 == total;
             let size = batch.size;
+            if let Some(sampler) = self.host_sampler.as_mut() {
+                sampler.start()?;
+            }
             let values = self.run_step(batch, last_micro)?;
             if last_micro {
                 self.grad_accumulator.clear();
@@ -555,6 +562,11 @@ impl Trainer<'_> {
                     images as f64 / started.elapsed().as_secs_f64(),
                     progress::memory(&self.device)
                 ));
+            }
+            if let Some(sampler) = self.host_sampler.as_mut()
+                && sampler.step_ended()?
+            {
+                self.host_sampler = None;
             }
             bar.inc(1);
             i += 1;
