@@ -52,8 +52,10 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Points cubecl at `cache_dir()` unless a `cubecl.toml` in the working directory (or above)
-/// already configures it. Must run before the first GPU tensor; later calls do nothing.
+/// already configures it, and sets burn-fusion's search width (`fusion_search`). Must run before
+/// the first GPU tensor; later calls do nothing.
 pub fn configure() -> Option<PathBuf> {
+    crate::fusion_search::configure();
     if std::env::var_os(CONV_KERNELS_ENV).is_none() {
         // SAFETY: called at the start of a command, before any thread that reads the
         // environment exists; burn-cubecl reads it at the first convolution.

@@ -66,7 +66,7 @@ struct TrainArgs {
 pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    if let Err(msg) = crate::kernel_cache::check_conv_kernels() {
+    if let Err(msg) = crate::kernel_cache::check_conv_kernels().and(crate::fusion_search::max_blocks().map(drop)) {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }
