@@ -257,7 +257,8 @@ fn train_replica(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevi
         grad_accumulator: vec![],
         profiler: None,
         profile_out: None,
-        host_sampler: HostSampler::from_env()?,
+        // One sampler per process (pprof's is process-wide): the main replica's.
+        host_sampler: if replica.is_main() { HostSampler::from_env()? } else { None },
         graphs: None,
         fixed_batch: None,
         replica: replica.clone(),
