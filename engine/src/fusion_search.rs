@@ -60,8 +60,7 @@ pub fn configure() {
 /// Sets burn's fusion search unless a `burn.toml` does, or burn's configuration was already set
 /// or read (the first call of a process wins).
 pub fn configure_for(captured: bool) {
-    let has_config_file = std::env::current_dir().ok().is_some_and(|dir| dir.ancestors().any(|d| d.join("burn.toml").exists() || d.join("Burn.toml").exists()));
-    if has_config_file {
+    if crate::kernel_cache::config_file_above(&["burn.toml", "Burn.toml"]) {
         return;
     }
     // An invalid value was refused at start-up (cli::main); here it falls back to ours.

@@ -51,6 +51,12 @@ pub fn cache_dir() -> PathBuf {
     home.join("libreyolo-run").join("kernels")
 }
 
+/// Whether one of `names` is in the working directory or above it: where cubecl and burn look
+/// for their configuration files, which then win over ours.
+pub fn config_file_above(names: &[&str]) -> bool {
+    std::env::current_dir().ok().is_some_and(|dir| dir.ancestors().any(|d| names.iter().any(|n| d.join(n).exists())))
+}
+
 /// Points cubecl at `cache_dir()` unless a `cubecl.toml` in the working directory (or above)
 /// already configures it, and sets burn-fusion's search width (`fusion_search`). Must run before
 /// the first GPU tensor; later calls do nothing.
@@ -61,10 +67,7 @@ pub fn configure() -> Option<PathBuf> {
         // environment exists; burn-cubecl reads it at the first convolution.
         unsafe { std::env::set_var(CONV_KERNELS_ENV, DEFAULT_CONV_KERNELS) };
     }
-    let has_config_file = std::env::current_dir().ok().is_some_and(|dir| {
-        dir.ancestors().any(|d| d.join("cubecl.toml").exists() || d.join("CubeCL.toml").exists())
-    });
-    if has_config_file {
+    if config_file_above(&["cubecl.toml", "CubeCL.toml"]) {
         return None;
     }
     let dir = cache_dir();

@@ -18,6 +18,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use super::artifacts::write_atomic;
+
 pub const ENV: &str = "LIBREYOLO_HOST_PROFILE";
 pub const STEPS_ENV: &str = "LIBREYOLO_HOST_PROFILE_STEPS";
 const SAMPLES_PER_S: i32 = 499;
@@ -90,10 +92,10 @@ impl HostSampler {
                 samples: count.max(0) as u64,
             })
             .collect();
-        write_atomically(&self.path, &summary(&stacks, elapsed))?;
+        write_atomic(&self.path, summary(&stacks, elapsed).as_bytes())?;
         let mut folded_path = self.path.clone().into_os_string();
         folded_path.push(".folded");
-        write_atomically(&PathBuf::from(folded_path), &folded(&stacks))?;
+        write_atomic(&PathBuf::from(folded_path), folded(&stacks).as_bytes())?;
         eprintln!("host profile: {} samples over {elapsed:.1} s written to {}", stacks.iter().map(|s| s.samples).sum::<u64>(), self.path.display());
         Ok(())
     }
@@ -128,8 +130,9 @@ fn function_name(symbol: &str) -> String {
     }
 }
 
-/// The crate a function belongs to: its path's first segment (`<T as burn_fusion::X>::f` reads
-/// as the implementing trait's crate is not attempted; the first identifier wins).
+/// The crate a function belongs to: the first path segment after any leading `<`, `&`, `mut `,
+/// `dyn ` (so `<burn_fusion::X as core::ops::Drop>::drop` is burn_fusion's, the implementing
+/// type's crate, not the trait's).
 fn crate_of(function: &str) -> &str {
     let trimmed = function.trim_start_matches(['<', '&', ' ']).trim_start_matches("mut ").trim_start_matches("dyn ");
     trimmed.split("::").next().unwrap_or(trimmed)
@@ -174,13 +177,6 @@ fn folded(stacks: &[Stack]) -> String {
         let _ = writeln!(out, "{};{} {}", stack.thread.replace(';', ":"), path.join(";").replace(' ', "_"), stack.samples);
     }
     out
-}
-
-fn write_atomically(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("{ENV}: cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("{ENV}: cannot move {} to {}: {e}", tmp.display(), path.display()))?;
-    Ok(())
 }
 
 #[cfg(test)]
