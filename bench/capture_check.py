@@ -42,11 +42,15 @@ MODES = {
     # The same without the dry run that compiles the step's kernels first (engine/src/precompile.rs):
     # the dry run must leave training exactly as it was.
     "whole_step_uncaptured_no_dry_run": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
+    # Eager with burn-fusion's search as wide as the captured paths' (engine/src/fusion_search.rs):
+    # against whole_step_uncaptured it tells a difference of code path from one of fused kernels.
+    "eager_blocks5": [],
 }
 # A mode's environment, beside the caller's.
-ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}}
+ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"},
+        "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
-PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run")]
+PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"), ("whole_step_uncaptured", "eager_blocks5")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
@@ -103,11 +107,20 @@ def main():
         loss = losses(os.path.join(out, mode))
         loss_rel = max(abs(loss[k] - v) / max(abs(v), 1e-12) for k, v in base_loss.items())
         worst_abs, worst_rel, worst_name, equal = 0.0, 0.0, "", 0
+        groups = {}
         for name, a in base_tensors.items():
             b = other[name]
             d = np.abs(a - b).max() if a.size else 0.0
             rel = d / max(np.abs(a).max(), 1e-12) if a.size else 0.0
             equal += int(d == 0.0)
+            # weights, EMA, optimizer state (each moment apart): where a difference lives
+            group = name.split(".")[0] if name.split(".")[0] in ("ema", "optimizer") else "weights"
+            if group == "optimizer":
+                group += "." + name.rsplit(".", 1)[-1]
+            g = groups.setdefault(group, {"tensors": 0, "equal": 0, "max_rel_diff": 0.0})
+            g["tensors"] += 1
+            g["equal"] += int(d == 0.0)
+            g["max_rel_diff"] = max(g["max_rel_diff"], rel)
             worst_abs = max(worst_abs, d)
             if rel > worst_rel:
                 worst_rel, worst_name = rel, name
@@ -121,9 +134,11 @@ def main():
             "max_abs_diff": worst_abs,
             "max_rel_diff": worst_rel,
             "max_rel_tensor": worst_name,
+            "groups": groups,
         }
         log = "; ".join(logs[mode]) or "(no capture line)"
         print(f"| {mode} | {base} | {log[:60]} | {loss_rel:.2e} | {equal}/{len(base_tensors)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
+        print("  " + ", ".join(f"{k} {g['equal']}/{g['tensors']} equal, max rel {g['max_rel_diff']:.1e}" for k, g in sorted(groups.items())))
     with open(os.path.join(out, "capture_check.json"), "w") as f:
         json.dump(report, f, indent=1)
 
