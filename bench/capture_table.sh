@@ -4,8 +4,9 @@
 # then LibreYOLO 1.6's own profile (eager and `cuda_graph=True`) on the same card.
 #
 #   BIN=/tmp/libreyolo-run [MODES="eager two_graphs two_graphs_seam two_graphs_update whole_step whole_step_det"] \
-#       [WORK=/tmp/NAME] bash bench/capture_table.sh BATCH [OUR_LIMIT_S [LIBREYOLO_LIMIT_S]]
+#       [WORK=/tmp/NAME] [EXTRA="key=value ..."] bash bench/capture_table.sh BATCH [OUR_LIMIT_S [LIBREYOLO_LIMIT_S]]
 #
+# EXTRA: overrides added to every one of our runs (e.g. `capture.threshold=1`).
 # Modes: eager; two_graphs (LibreYOLO's contract); two_graphs_seam (the same with the seam
 # inside the network: the forward graph ends at neck.elan_down2, the heads run eagerly with the
 # loss); two_graphs_update (the same with the update
@@ -40,7 +41,7 @@ for mode in ${MODES:-eager two_graphs whole_step}; do
     echo "[capture_table $(date +%T)] ours $mode b$batch"
     det=0; [ "$mode" = whole_step_det ] && det=1
     # shellcheck disable=SC2086 # the mode's overrides are words
-    BURN_DETERMINISTIC_SUM=$det timeout "$ours_limit" "$BIN" profile run manifests/yolo9t.toml "${common[@]}" "name=$mode" ${modes[$mode]} \
+    BURN_DETERMINISTIC_SUM=$det timeout "$ours_limit" "$BIN" profile run manifests/yolo9t.toml "${common[@]}" "name=$mode" ${modes[$mode]} ${EXTRA:-} \
         > "$work/$mode.log" 2>&1
     echo "[capture_table] exit $? ($mode)"
     tail -n 40 "$work/$mode.log"

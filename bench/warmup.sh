@@ -20,4 +20,4 @@ mkdir -p "$cache"
 echo "[warmup $name] kernel cache $cache ($(du -sh "$cache" | cut -f1)), $*"
 env "$@" HOME="$dir/home" LIBREYOLO_KERNEL_CACHE="$cache" CUDA_CACHE_PATH="$dir/nv" \
     WORK="/tmp/$name" MODES="${MODE:-whole_step}" LIBREYOLO=0 bash bench/capture_table.sh "$batch" "$limit"
-grep -h -e 'warm-up' -e 'step .* ms' -e 'falling back' -e 'dry run' "/tmp/$name/${MODE:-whole_step}.log" | tee -a "$OUT/$name.txt"
+grep -h -e 'warm-up' -e 'step .* ms' -e 'falling back' -e 'dry run' -e 'cuda_graph:' "/tmp/$name/${MODE:-whole_step}.log" | tee -a "$OUT/$name.txt"

@@ -156,9 +156,11 @@ impl<G> CaptureManager<G> {
                     self.warned_full = true;
                 }
             } else {
+                let started = std::time::Instant::now();
                 match ops.capture() {
                     Ok(mut graph) => {
-                        tracing::info!("cuda_graph: captured {} at input shape {:?} ({})", self.what, key.dims, key.dtype);
+                        // The time is the capture's share of the warm-up (docs/performance.md).
+                        tracing::info!("cuda_graph: captured {} at input shape {:?} ({}) in {:.1} s", self.what, key.dims, key.dtype, started.elapsed().as_secs_f64());
                         match ops.replay(&mut graph) {
                             Ok(out) => {
                                 self.graphs.push((key.clone(), graph, 1));

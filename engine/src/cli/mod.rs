@@ -66,7 +66,9 @@ struct TrainArgs {
 pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    if let Err(msg) = crate::kernel_cache::check_conv_kernels().and(crate::fusion_search::max_blocks().map(drop)) {
+    if let Err(msg) = crate::kernel_cache::check_conv_kernels()
+        .and(crate::fusion_search::max_blocks().map(drop))
+        .and(crate::train::one_graph::warmup_runs().map(drop)) {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod plots;
 pub mod precision;
 pub mod progress;
+pub mod one_graph;
 pub mod replica;
 pub mod run_dir;
 pub mod segment;

@@ -13,7 +13,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use burn::tensor::{Bool, Device, Graph, Tensor};
+use burn::tensor::{Bool, Device, Tensor};
 use libreyolo_families::params::TensorMut;
 use libreyolo_families::{BatchStats, Network, ParamId, ParamStore};
 use libreyolo_stages::ema::{DecayScalars, Ema};
@@ -21,6 +21,7 @@ use libreyolo_stages::loss::{LossTerms, Yolo9Loss};
 use libreyolo_stages::optim::{Optimizer, Scalars};
 
 use super::Trainer;
+use super::one_graph::OneGraph;
 use super::precision::LossScale;
 use super::step::{ForwardSpec, backward, forward, loss};
 use super::two_graphs::TwoGraphs;
@@ -285,7 +286,7 @@ type Closure = Box<dyn FnMut() -> SegmentOut>;
 /// The graphs of a captured segment.
 enum Recorded {
     /// One graph (forward + loss + backward, or the whole step), or burn's software graph.
-    One(Graph<SegmentOut, Closure>),
+    One(OneGraph<SegmentOut, Closure>),
     /// Forward and backward graphs with the loss eager between.
     Two(TwoGraphs),
     /// LibreYOLO's split without hardware graphs: the parts run eagerly (software mode).
@@ -319,21 +320,24 @@ pub struct SegmentOps<'a> {
 }
 
 impl SegmentOps<'_> {
-    /// Checks a new graph against eager on this batch once, from the same state: the loss
-    /// (computed before any update) and what the step produces (the gradients, or for a whole
-    /// step how far it moved the parameters) of two eager runs and of a replay ([`agree`]).
-    fn check_against_eager(&mut self, g: &mut SegmentGraph) -> Result<(), String> {
-        let before = self.spec.snapshot();
-        let eager_run = |ops: &mut Self| {
-            let out = ops.spec.run(ops.images.clone(), ops.targets.clone());
-            let figures = (total(&out), ops.spec.signature(&out, &before));
-            drop(out);
-            ops.spec.restore(&before);
-            figures
-        };
-        let (eager, again) = (eager_run(self), eager_run(self));
+    /// Checks a new graph against eager on this batch once, from the state saved before the
+    /// capture: the loss (computed before any update) and what the step produces (the gradients,
+    /// or for a whole step how far it moved the parameters) of two eager runs and of a replay
+    /// ([`agree`]). `references`: the two eager runs' figures when the capture's warm-up
+    /// measured them ([`super::one_graph`]); else they run here.
+    fn check_against_eager(&mut self, g: &mut SegmentGraph, before: &[Saved], references: Option<[(f64, f64); 2]>) -> Result<(), String> {
+        let [eager, again] = references.unwrap_or_else(|| {
+            let eager_run = || {
+                let out = self.spec.run(self.images.clone(), self.targets.clone());
+                let figures = (total(&out), self.spec.signature(&out, before));
+                drop(out);
+                self.spec.restore(before);
+                figures
+            };
+            [eager_run(), eager_run()]
+        });
         let out = self.replay(g)?;
-        let replayed = (total(&out), self.spec.signature(&out, &before));
+        let replayed = (total(&out), self.spec.signature(&out, before));
         agree(eager, again, replayed, if self.spec.tail.is_some() { "parameter update" } else { "gradient" })
     }
 
@@ -391,11 +395,11 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
         let (images, targets) = (stable_copy(&self.images), stable_copy(&self.targets));
         // The warm-up and capture runs of a whole step update the state: undo them after.
         let saved = self.spec.snapshot();
-        let recorded = if self.spec.split {
+        let (recorded, references) = if self.spec.split {
             let captured = super::two_graphs::capture(self.spec, self.device, &images.borrow(), &targets.borrow());
             match captured {
-                Ok(Some(two)) => Recorded::Two(two),
-                Ok(None) => Recorded::SplitSoftware,
+                Ok(Some(two)) => (Recorded::Two(two), None),
+                Ok(None) => (Recorded::SplitSoftware, None),
                 Err(e) => {
                     let _ = self.device.sync();
                     return Err(e);
@@ -404,8 +408,13 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
         } else {
             let (spec, i, t) = (self.spec.clone(), images.clone(), targets.clone());
             let closure: Closure = Box::new(move || spec.run(i.borrow().clone(), t.borrow().clone()));
-            Recorded::One(burn::tensor::capture(self.device, closure))
+            let measure = |out: &SegmentOut| (total(out), self.spec.signature(out, &saved));
+            let (graph, figures) = super::one_graph::record(self.device, closure, super::one_graph::warmup_runs()?, measure, || self.spec.restore(&saved));
+            (Recorded::One(graph), Some([figures[figures.len() - 2], figures[figures.len() - 1]]))
         };
+        // The check starts from the saved state: the split's warm-up steps updated it, and a
+        // software graph's capture run was real.
+        self.spec.restore(&saved);
         let mut g = SegmentGraph { images, targets, recorded };
         let shared = self.spec.tail.as_ref().and_then(|t| t.shared.take());
         let checked = if let Some(name) = shared {
@@ -413,7 +422,7 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
         } else if !g.is_hardware() && !self.allow_software {
             Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string())
         } else {
-            self.check_against_eager(&mut g)
+            self.check_against_eager(&mut g, &saved, references)
         };
         let _ = self.device.sync();
         self.spec.restore(&saved);
@@ -429,7 +438,7 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
             // are held by the graph's closure and by `g`; the parameters by the trainer, which
             // drops the graphs first); refresh, replay and the reads of the outputs run on this
             // thread.
-            Recorded::One(graph) => Ok(unsafe { graph.replay() }.clone()),
+            Recorded::One(graph) => unsafe { graph.replay() }.cloned(),
             Recorded::Two(two) => two.replay(self.spec, self.device, g.targets.borrow().clone()),
             Recorded::SplitSoftware => Ok(self.spec.run(g.images.borrow().clone(), g.targets.borrow().clone())),
         }
