@@ -5,10 +5,11 @@
 //! check against eager then ran the step twice more and the replay once. A whole step's runs
 //! update the state, so those warm-up runs could not serve as references. Here each warm-up run
 //! starts from the same saved state (the caller's `undo` puts it back after each) and its figures
-//! are kept: the last two are the check's eager runs. Two warm-up runs in all, not three: at the
-//! default threshold the step already ran twice on this shape (burn-fusion's fused kernels built,
-//! the pools grown), and a window that still needs an allocation is refused by our cubecl-cuda
-//! (the capture then fails and training goes on eager, logged).
+//! are kept: the last two are the check's eager runs. Two warm-up runs in all, not three: they
+//! build burn-fusion's fused kernels and grow the pools for the window, at threshold 1 too (the
+//! H200, YOLOv9-t b16: the capture 8.3 -> 5.8 s; docs/performance.md). A window that still
+//! needs an allocation is refused by our cubecl-cuda: the capture then fails, logged, and
+//! training goes on eager.
 
 use std::time::Instant;
 

@@ -285,7 +285,7 @@ type Closure = Box<dyn FnMut() -> SegmentOut>;
 
 /// The graphs of a captured segment.
 enum Recorded {
-    /// One graph (forward + loss + backward, or the whole step), or burn's software graph.
+    /// One graph (forward + loss + backward, or the whole step), hardware or software.
     One(OneGraph<SegmentOut, Closure>),
     /// Forward and backward graphs with the loss eager between.
     Two(TwoGraphs),
