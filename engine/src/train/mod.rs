@@ -4,10 +4,10 @@
 pub mod autobatch;
 pub mod capture_plan;
 pub mod checkpoint;
+pub mod one_graph;
 pub mod plots;
 pub mod precision;
 pub mod progress;
-pub mod one_graph;
 pub mod replica;
 pub mod run_dir;
 pub mod segment;
