@@ -136,8 +136,11 @@ def main():
             "max_rel_tensor": worst_name,
             "groups": groups,
         }
-        log = "; ".join(logs[mode]) or "(no capture line)"
-        print(f"| {mode} | {base} | {log[:60]} | {loss_rel:.2e} | {equal}/{len(base_tensors)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
+        # The outcome first: a refused capture falls back to the same code path as the uncaptured
+        # twin, so "equal" only means something next to "captured".
+        outcome = [l for l in logs[mode] if "captured" in l or "disabled" in l]
+        log = "; ".join(outcome or logs[mode]) or "(no capture line)"
+        print(f"| {mode} | {base} | {log[:110]} | {loss_rel:.2e} | {equal}/{len(base_tensors)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
         print("  " + ", ".join(f"{k} {g['equal']}/{g['tensors']} equal, max rel {g['max_rel_diff']:.1e}" for k, g in sorted(groups.items())))
     with open(os.path.join(out, "capture_check.json"), "w") as f:
         json.dump(report, f, indent=1)

@@ -70,7 +70,7 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
         (self.f)(self.input.clone())
     }
 
-    fn capture(&mut self) -> Result<ForwardGraph<'a>, String> {
+    fn capture(&mut self, _prior_runs: u32) -> Result<(ForwardGraph<'a>, Option<Tensor<3>>), String> {
         let input = stable_copy(&self.input);
         let (f, borrowed) = (self.f.clone(), input.clone());
         let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));
@@ -78,7 +78,7 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
         if !graph.is_hardware() && std::env::var_os(crate::train::segment::SOFTWARE_ENV).is_none() {
             return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into());
         }
-        Ok(ForwardGraph { input, graph })
+        Ok((ForwardGraph { input, graph }, None))
     }
 
     fn replay(&mut self, g: &mut ForwardGraph<'a>) -> Result<Tensor<3>, String> {

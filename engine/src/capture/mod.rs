@@ -62,8 +62,12 @@ pub trait GraphOps<G, T> {
     /// The computation without a graph.
     fn eager(&mut self) -> T;
     /// Records a graph for the current input (warm-up included); its side effects must be
-    /// undone by the implementation (e.g. BatchNorm statistics).
-    fn capture(&mut self) -> Result<G, String>;
+    /// undone by the implementation (e.g. BatchNorm statistics). `prior_runs`: how many times
+    /// this input's shape ran eager before (the computation's kernels and pools already built).
+    /// With the graph, the output of a replay on this input that already stands as this run's
+    /// result (a check that replayed it from the state before), else `None` and the caller
+    /// replays.
+    fn capture(&mut self, prior_runs: u32) -> Result<(G, Option<T>), String>;
     /// Writes the current input into the graph's stable buffers and replays it.
     fn replay(&mut self, graph: &mut G) -> Result<T, String>;
 }
@@ -149,6 +153,7 @@ impl<G> CaptureManager<G> {
         }
         let seen = self.seen.entry(key.clone()).or_insert(0);
         *seen += 1;
+        let prior_runs = *seen - 1;
         if *seen >= self.threshold {
             if self.graphs.len() >= self.max_graphs {
                 if !self.warned_full {
@@ -157,11 +162,11 @@ impl<G> CaptureManager<G> {
                 }
             } else {
                 let started = std::time::Instant::now();
-                match ops.capture() {
-                    Ok(mut graph) => {
+                match ops.capture(prior_runs) {
+                    Ok((mut graph, replayed)) => {
                         // The time is the capture's share of the warm-up (docs/performance.md).
                         tracing::info!("cuda_graph: captured {} at input shape {:?} ({}) in {:.1} s", self.what, key.dims, key.dtype, started.elapsed().as_secs_f64());
-                        match ops.replay(&mut graph) {
+                        match replayed.map(Ok).unwrap_or_else(|| ops.replay(&mut graph)) {
                             Ok(out) => {
                                 self.graphs.push((key.clone(), graph, 1));
                                 return out;
@@ -259,6 +264,9 @@ mod tests {
         replays: u32,
         captures: u32,
         eager: u32,
+        /// The capture's own check replays once and returns that output.
+        replays_in_check: bool,
+        prior_runs: Vec<u32>,
     }
 
     impl GraphOps<u32, &'static str> for Injected {
@@ -266,9 +274,17 @@ mod tests {
             self.eager += 1;
             "eager"
         }
-        fn capture(&mut self) -> Result<u32, String> {
+        fn capture(&mut self, prior_runs: u32) -> Result<(u32, Option<&'static str>), String> {
             self.captures += 1;
-            if self.fail_capture { Err("injected capture failure".into()) } else { Ok(self.captures) }
+            self.prior_runs.push(prior_runs);
+            if self.fail_capture {
+                return Err("injected capture failure".into());
+            }
+            let checked = self.replays_in_check.then(|| {
+                self.replays += 1;
+                "checked replay"
+            });
+            Ok((self.captures, checked))
         }
         fn replay(&mut self, _g: &mut u32) -> Result<&'static str, String> {
             if self.fail_replay_after.is_some_and(|n| self.replays >= n) {
@@ -291,6 +307,7 @@ mod tests {
         // 1st and 2nd eager, the 3rd captures and is served by the graph.
         assert_eq!(runs, ["eager", "eager", "replay", "replay", "replay"]);
         assert_eq!((ops.captures, ops.eager), (1, 2));
+        assert_eq!(ops.prior_runs, [2], "told of the two eager runs before");
         // Another shape (the last partial batch) runs eager: at most one graph.
         for _ in 0..4 {
             assert_eq!(m.run(&key(8), &mut ops), "eager");
@@ -300,6 +317,18 @@ mod tests {
         assert_eq!(info.captured[0].replays, 3);
         assert_eq!(info.eager_fallbacks, 4);
         assert!(info.fallback_reason.is_none());
+    }
+
+    /// A capture whose check already replayed the step returns that output as the step's:
+    /// it is not replayed a second time.
+    #[test]
+    fn a_checked_replay_is_the_capturing_runs_result() {
+        let mut m = CaptureManager::new("training step", 1, 1);
+        let mut ops = Injected { replays_in_check: true, ..Default::default() };
+        let runs: Vec<_> = (0..3).map(|_| m.run(&key(16), &mut ops)).collect();
+        assert_eq!(runs, ["checked replay", "replay", "replay"]);
+        assert_eq!((ops.replays, ops.prior_runs.as_slice()), (3, &[0][..]));
+        assert_eq!(m.info().captured[0].replays, 3);
     }
 
     #[test]
@@ -340,6 +369,7 @@ mod tests {
         assert_eq!(m.info().graph_count, 0);
         assert_eq!([m.run(&key(16), &mut ops), m.run(&key(16), &mut ops), m.run(&key(16), &mut ops)], ["eager", "replay", "replay"]);
         assert_eq!(ops.captures, 2);
+        assert_eq!(ops.prior_runs, [1, 1], "the counts start again after an invalidation");
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(msg) = crate::kernel_cache::check_conv_kernels()
         .and(crate::fusion_search::max_blocks().map(drop))
-        .and(crate::train::one_graph::warmup_runs().map(drop)) {
+        .and(crate::train::one_graph::warmup_runs(0).map(drop)) {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }

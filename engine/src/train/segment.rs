@@ -323,9 +323,10 @@ impl SegmentOps<'_> {
     /// Checks a new graph against eager on this batch once, from the state saved before the
     /// capture: the loss (computed before any update) and what the step produces (the gradients,
     /// or for a whole step how far it moved the parameters) of two eager runs and of a replay
-    /// ([`agree`]). `references`: the two eager runs' figures when the capture's warm-up
-    /// measured them ([`super::one_graph`]); else they run here.
-    fn check_against_eager(&mut self, g: &mut SegmentGraph, before: &[Saved], references: Option<[(f64, f64); 2]>) -> Result<(), String> {
+    /// ([`agree`]). `references`: the eager runs' figures when the capture's warm-up measured
+    /// them ([`super::one_graph`]; one run stands for both); else two run here. The replay's
+    /// output is returned: it is this step's result.
+    fn check_against_eager(&mut self, g: &mut SegmentGraph, before: &[Saved], references: Option<[(f64, f64); 2]>) -> Result<SegmentOut, String> {
         let [eager, again] = references.unwrap_or_else(|| {
             let eager_run = || {
                 let out = self.spec.run(self.images.clone(), self.targets.clone());
@@ -338,7 +339,8 @@ impl SegmentOps<'_> {
         });
         let out = self.replay(g)?;
         let replayed = (total(&out), self.spec.signature(&out, before));
-        agree(eager, again, replayed, if self.spec.tail.is_some() { "parameter update" } else { "gradient" })
+        agree(eager, again, replayed, if self.spec.tail.is_some() { "parameter update" } else { "gradient" })?;
+        Ok(out)
     }
 
     pub fn key(&self) -> ShapeKey {
@@ -391,7 +393,7 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
         self.spec.run(self.images.clone(), self.targets.clone())
     }
 
-    fn capture(&mut self) -> Result<SegmentGraph, String> {
+    fn capture(&mut self, prior_runs: u32) -> Result<(SegmentGraph, Option<SegmentOut>), String> {
         let (images, targets) = (stable_copy(&self.images), stable_copy(&self.targets));
         // The warm-up and capture runs of a whole step update the state: undo them after.
         let saved = self.spec.snapshot();
@@ -409,12 +411,22 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
             let (spec, i, t) = (self.spec.clone(), images.clone(), targets.clone());
             let closure: Closure = Box::new(move || spec.run(i.borrow().clone(), t.borrow().clone()));
             let measure = |out: &SegmentOut| (total(out), self.spec.signature(out, &saved));
-            let (graph, figures) = super::one_graph::record(self.device, closure, super::one_graph::warmup_runs()?, measure, || self.spec.restore(&saved));
-            (Recorded::One(graph), Some([figures[figures.len() - 2], figures[figures.len() - 1]]))
+            let runs = super::one_graph::warmup_runs(prior_runs)?;
+            let (graph, figures) = super::one_graph::record(self.device, closure, runs, measure, || self.spec.restore(&saved));
+            let references = match figures[..] {
+                [.., a, b] => [a, b],
+                [a] => [a, a],
+                [] => unreachable!("at least one warm-up run"),
+            };
+            (Recorded::One(graph), Some(references))
         };
         // The check starts from the saved state: the split's warm-up steps updated it, and a
-        // software graph's capture run was real.
-        self.spec.restore(&saved);
+        // software graph's capture run was real. A hardware window ran nothing, and the last
+        // warm-up run was undone.
+        let untouched = matches!(&recorded, Recorded::One(g) if g.is_hardware());
+        if !untouched {
+            self.spec.restore(&saved);
+        }
         let mut g = SegmentGraph { images, targets, recorded };
         let shared = self.spec.tail.as_ref().and_then(|t| t.shared.take());
         let checked = if let Some(name) = shared {
@@ -425,8 +437,14 @@ impl GraphOps<SegmentGraph, SegmentOut> for SegmentOps<'_> {
             self.check_against_eager(&mut g, &saved, references)
         };
         let _ = self.device.sync();
-        self.spec.restore(&saved);
-        checked.map(|()| g)
+        match checked {
+            // The checked replay ran this step from the saved state on this batch: it stands.
+            Ok(out) => Ok((g, Some(out))),
+            Err(e) => {
+                self.spec.restore(&saved);
+                Err(e)
+            }
+        }
     }
 
     fn replay(&mut self, g: &mut SegmentGraph) -> Result<SegmentOut, String> {
