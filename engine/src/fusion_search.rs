@@ -7,7 +7,7 @@
 //! batch 16, bf16, `LIBREYOLO_HOST_PROFILE` put 2.9 s of the device thread in
 //! `burn_fusion::search::merging` and the first step took 10.6-11.6 s. With 2 blocks the
 //! merging cost 0.09 s and the first step 3.6 s, at the same step time (872 against 883 ms;
-//! docs/performance.md, fifteenth session). A captured step keeps upstream's 5. Set before the
+//! docs/performance.md, fifteenth session). A captured step searches 4 blocks. Set before the
 //! first GPU tensor; a `burn.toml` in the working directory (or above) is left to configure burn.
 
 use burn::BurnConfig;
@@ -20,13 +20,14 @@ pub const ENV: &str = "LIBREYOLO_FUSION_MAX_BLOCKS";
 /// interleave (1 forced unrelated ops into one block: more kernels and a slower step).
 pub const DEFAULT_MAX_BLOCKS: usize = 2;
 
-/// Upstream's, kept for captured training: the search runs once per process there, and the
-/// whole step's GPU time was 1.5% lower with it (93.5 against 95.0 ms at b16 bf16), for a first
-/// step 4 s longer.
-pub const CAPTURED_MAX_BLOCKS: usize = 5;
+/// For captured training, whose GPU time the wider search lowers: the whole step's replay at 4
+/// blocks is within 0.3% of upstream's 5 (93.8-94.0 against 93.5-93.9 ms busy at b16 bf16, 2
+/// blocks: 94.8), and its first run searches for 2.5-3.0 s instead of 5.0-6.1 (the warm-up 6.4-8.1
+/// against 11.0-12.0 s; docs/performance.md, seventeenth session).
+pub const CAPTURED_MAX_BLOCKS: usize = 4;
 
-/// The block count this process uses: `LIBREYOLO_FUSION_MAX_BLOCKS`, else ours (upstream's when
-/// the training is captured).
+/// The block count this process uses: `LIBREYOLO_FUSION_MAX_BLOCKS`, else ours (for eager work
+/// or for captured training).
 pub fn max_blocks_for(captured: bool) -> Result<usize, String> {
     match std::env::var(ENV) {
         Ok(value) => parse(&value),
