@@ -8,8 +8,11 @@
 //! compiling, and loads it.
 //!
 //! On a warm cache a dry run compiles nothing and costs a step's host work (~2 s of a 6.6 s
-//! first step on the H200), so [`Precompile`] remembers beside the kernel cache how many
-//! kernels each step's first run compiled last time, and skips the dry run where that was few.
+//! first step on the H200, up to 6.3 s for a whole step), so [`Precompile`] remembers beside the
+//! kernel cache how many kernels each step's first run compiled last time, and by which build of
+//! the binary, and skips the dry run where that was few, or where this build ran it: what it
+//! compiled is in the cache now. (A rebuilt binary compiles some kernels again: cubecl-cuda keys
+//! its cache by the build id too. After such a first run, its next process dry-ran for nothing.)
 //!
 //! A dry run computes nothing, and it is process-wide: it suits a computation with no host
 //! reads, must not overlap real work on another thread, and whatever state it writes must be
@@ -25,6 +28,7 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use cubecl_runtime::dry_run::DryRun;
+use serde::{Deserialize, Serialize};
 
 use crate::device::Backend;
 
@@ -57,8 +61,33 @@ pub fn wanted(backend: Backend, world: usize) -> Option<Mode> {
 /// A first run that compiled at most this many kernels last time is not worth a dry run.
 pub const FEW_KERNELS: u64 = 20;
 
-/// File beside the kernel cache: step -> kernels its last first run compiled.
+/// File beside the kernel cache: step -> its last first run ([`FirstRun`]).
 pub const HISTORY_FILE: &str = "precompile.json";
+
+/// What a step's last first run compiled, and which build of the binary ran it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum FirstRun {
+    Built { compiled: u64, build: Option<String> },
+    /// A history written before the build was kept: the count alone.
+    Count(u64),
+}
+
+impl FirstRun {
+    /// Whether a new first run would compile enough to be worth a dry run, for a process of
+    /// `build` (`None`: unknown, never the same as another).
+    fn worth_a_dry_run(&self, build: Option<&str>) -> bool {
+        match self {
+            FirstRun::Built { build: Some(ran), .. } if Some(ran.as_str()) == build => false,
+            FirstRun::Built { compiled, .. } | FirstRun::Count(compiled) => *compiled > FEW_KERNELS,
+        }
+    }
+}
+
+/// This binary's GNU build id in hex, which every relink changes (`None` without one).
+fn this_build() -> Option<String> {
+    buildid::build_id().map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+}
 
 /// Which steps of this process were seen, and what their first runs compiled in earlier ones.
 #[derive(Debug)]
@@ -67,36 +96,42 @@ pub struct Precompile {
     /// The kinds of step and input shapes this process ran (a process's family, size and
     /// precision do not change).
     seen: HashSet<(&'static str, [usize; 4])>,
-    history: BTreeMap<String, u64>,
+    history: BTreeMap<String, FirstRun>,
     path: PathBuf,
+    build: Option<String>,
 }
 
 impl Precompile {
     /// The history kept in `dir` (empty when missing or unreadable: a dry run too many costs
     /// seconds, a lost history nothing else).
     pub fn load(mode: Mode, dir: &Path) -> Self {
+        Self::load_as(mode, dir, this_build())
+    }
+
+    /// [`load`](Self::load) for a process of `build`.
+    fn load_as(mode: Mode, dir: &Path, build: Option<String>) -> Self {
         let path = dir.join(HISTORY_FILE);
         let history = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        Self { mode, seen: HashSet::new(), history, path }
+        Self { mode, seen: HashSet::new(), history, path, build }
     }
 
     /// `None` when a step of this `kind` already ran on `dims` in this process (checked before
     /// `name` is asked for: it runs every step); else the step's name in the history and whether
-    /// to dry-run it first: unless its last first run compiled at most [`FEW_KERNELS`] (in
-    /// [`Mode::WhenWorthIt`]).
+    /// to dry-run it first: unless its last first run compiled at most [`FEW_KERNELS`] or was
+    /// this build's (in [`Mode::WhenWorthIt`]).
     pub fn first_run(&mut self, kind: &'static str, dims: [usize; 4], name: impl FnOnce() -> String) -> Option<(String, bool)> {
         if !self.seen.insert((kind, dims)) {
             return None;
         }
         let step = name();
-        let dry = self.mode == Mode::Always || self.history.get(&step).is_none_or(|&n| n > FEW_KERNELS);
+        let dry = self.mode == Mode::Always || self.history.get(&step).is_none_or(|last| last.worth_a_dry_run(self.build.as_deref()));
         Some((step, dry))
     }
 
     /// Keeps what `step`'s first run compiled (the dry run included) for the next process.
     /// Written whole to a temporary file and renamed, so a crash leaves the old history.
     pub fn record(&mut self, step: &str, compiled: u64) {
-        self.history.insert(step.to_string(), compiled);
+        self.history.insert(step.to_string(), FirstRun::Built { compiled, build: self.build.clone() });
         let tmp = self.path.with_extension("json.tmp");
         let written = serde_json::to_vec_pretty(&self.history)
             .map_err(std::io::Error::other)
@@ -151,12 +186,39 @@ mod tests {
         assert_eq!(p.first_run("step", [16, 3, 640, 640], || "t b16".into()).map(|(_, dry)| dry), Some(true), "another shape");
         p.record("t b8", 617);
         p.record("s b8", FEW_KERNELS);
-        let mut next = Precompile::load(Mode::WhenWorthIt, dir.path());
+        // A process of another build (this one's first runs are cached: see the next test).
+        let mut next = Precompile::load_as(Mode::WhenWorthIt, dir.path(), Some("another build".into()));
         assert_eq!(dry(&mut next, "step", "t b8"), Some(true), "617 compiled last time");
         assert_eq!(dry(&mut next, "eager", "s b8"), Some(false), "few compiled last time");
         assert_eq!(dry(&mut Precompile::load(Mode::Always, dir.path()), "step", "s b8"), Some(true), "forced");
         std::fs::write(dir.path().join(HISTORY_FILE), "{not json").unwrap();
         assert_eq!(dry(&mut Precompile::load(Mode::WhenWorthIt, dir.path()), "step", "s b8"), Some(true));
+    }
+
+    /// A build that ran a step's first run compiled its kernels into the cache then: its next
+    /// process skips the dry run however many that was; another build (which compiles some
+    /// kernels again) does not, and neither does one of unknown build. Histories written
+    /// before builds were kept still read.
+    #[test]
+    fn the_build_that_ran_a_first_run_does_not_dry_run_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        const B16: [usize; 4] = [16, 3, 640, 640];
+        let as_build = |build: Option<&str>| Precompile::load_as(Mode::WhenWorthIt, dir.path(), build.map(String::from));
+        let dry = |p: &mut Precompile| p.first_run("captured", B16, || "t b16".to_string()).map(|(_, dry)| dry);
+        let mut first = as_build(Some("aa"));
+        assert_eq!(dry(&mut first), Some(true));
+        first.record("t b16", 58);
+        assert_eq!(dry(&mut as_build(Some("aa"))), Some(false), "same build: its 58 kernels are cached");
+        assert_eq!(dry(&mut as_build(Some("bb"))), Some(true), "a rebuilt binary");
+        assert_eq!(dry(&mut as_build(None)), Some(true), "unknown build");
+        let mut unknown = as_build(None);
+        unknown.record("t b16", 58);
+        assert_eq!(dry(&mut as_build(None)), Some(true), "unknown is never the same build");
+
+        std::fs::write(dir.path().join(HISTORY_FILE), r#"{"t b16": 617, "t b8": 3}"#).unwrap();
+        let mut old = as_build(Some("aa"));
+        assert_eq!(dry(&mut old), Some(true), "an old history's count");
+        assert_eq!(old.first_run("captured", [8, 3, 640, 640], || "t b8".into()).map(|(_, d)| d), Some(false));
     }
 
     /// The CPU backend has no dry run (it would run the step for real), and replicas would
