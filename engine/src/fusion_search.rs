@@ -21,9 +21,9 @@ pub const ENV: &str = "LIBREYOLO_FUSION_MAX_BLOCKS";
 pub const DEFAULT_MAX_BLOCKS: usize = 2;
 
 /// For captured training, whose GPU time the wider search lowers: the whole step's replay at 4
-/// blocks is within 0.3% of upstream's 5 (93.8-94.0 against 93.5-93.9 ms busy at b16 bf16, 2
-/// blocks: 94.8), and its first run searches for 2.5-3.0 s instead of 5.0-6.1 (the warm-up 6.4-8.1
-/// against 11.0-12.0 s; docs/performance.md, seventeenth session).
+/// blocks is within 0.3% of upstream's 5 in the same calls (2 blocks: 1.2-1.6% slower; b16 bf16),
+/// and its first step takes 2.1-3.0 s instead of 3.7-6.1 (the warm-up 6.3-8.1 against
+/// 7.3-12.0 s; docs/performance.md, seventeenth session).
 pub const CAPTURED_MAX_BLOCKS: usize = 4;
 
 /// The block count this process uses: `LIBREYOLO_FUSION_MAX_BLOCKS`, else ours (for eager work

@@ -57,10 +57,9 @@ fn parse_warmup_runs(value: Option<&str>, prior_runs: u32) -> Result<usize, Stri
 /// Runs `closure` `runs` times from the same state (`measure` each output, then `undo` its
 /// effects), then once in a capture window on `device`. A window the backend refuses (after one
 /// run on a cold kernel cache, seen on the H200: that run still compiled) is tried once more after
-/// one more warm-up run. The capture run's effects are the caller's to
-/// undo (a software graph's run is real). Each warm-up output lives until the device drained, or
-/// the lazy fusion backend would skip its kernels and the window would be the first to allocate
-/// their buffers.
+/// one more warm-up run. The capture run's effects are the caller's to undo (a software graph's
+/// run is real). Each warm-up output lives until the device drained, or the lazy fusion backend
+/// would skip its kernels and the window would be the first to allocate their buffers.
 pub fn record<T, F: FnMut() -> T>(device: &Device, mut closure: F, runs: usize, mut measure: impl FnMut(&T) -> (f64, f64), mut undo: impl FnMut()) -> (OneGraph<T, F>, Figures) {
     let d = device.as_dispatch();
     let mut figures = Vec::with_capacity(runs + 1);
