@@ -48,10 +48,10 @@ MODES = {
     # Eager with burn-fusion's search as wide as the captured paths' (engine/src/fusion_search.rs):
     # against whole_step_uncaptured it tells a difference of code path from one of fused kernels.
     "eager_blocks5": [],
-    # The same runs by another build (BASE_BIN=path): does a change of the engine change training?
-    "eager_base": [],
-    "whole_step_uncaptured_base": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
+# The same runs by another build (BASE_BIN=path): does a change of the engine change training?
+BASE_MODES = {f"{m}_base": MODES[m] for m in ("eager", "whole_step_uncaptured")}
+MODES.update(BASE_MODES)
 # A mode's environment, beside the caller's.
 ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"},
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
@@ -96,9 +96,11 @@ def main():
     # CAPTURE_MODES=eager,whole_step,... runs a subset (a short device call); pairs need both runs.
     wanted = [m for m in os.environ.get("CAPTURE_MODES", ",".join(MODES)).split(",") if m]
     modes = {m: MODES[m] for m in wanted}
+    if any(m in BASE_MODES for m in modes) and "BASE_BIN" not in os.environ:
+        sys.exit(f"modes {', '.join(m for m in modes if m in BASE_MODES)} run another build: set BASE_BIN=path")
     pairs = [(a, b) for a, b in PAIRS if a in modes and b in modes]
     for mode, extra in modes.items():
-        exe = os.environ["BASE_BIN"] if mode.endswith("_base") else binary
+        exe = os.environ["BASE_BIN"] if mode in BASE_MODES else binary
         cmd = [exe, "manifests/yolo9t.toml", "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
         env = {**os.environ, **ENVS.get(mode, {})}
         run = subprocess.run(cmd + settings + extra, cwd=ROOT, capture_output=True, text=True, env=env)
