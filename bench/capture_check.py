@@ -12,6 +12,9 @@ run with eager and the whole step with its uncaptured twin: the epoch's loss ter
 (weights, EMA, optimizer state), as max |a - b| and max |a - b| / max |a| per tensor. Prints a
 table and writes OUT/capture_check.json. Needs numpy only (safetensors read by hand).
 
+`BASE_BIN=path` with the `*_base` modes runs those with another build (e.g. the one before a
+change to the optimizer's kernels), compared with the same mode of BIN.
+
 On the CPU add `LIBREYOLO_CAPTURE_SOFTWARE=1` to the environment (burn's software graphs).
 """
 import json
@@ -45,12 +48,16 @@ MODES = {
     # Eager with burn-fusion's search as wide as the captured paths' (engine/src/fusion_search.rs):
     # against whole_step_uncaptured it tells a difference of code path from one of fused kernels.
     "eager_blocks5": [],
+    # The same runs by another build (BASE_BIN=path): does a change of the engine change training?
+    "eager_base": [],
+    "whole_step_uncaptured_base": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
 }
 # A mode's environment, beside the caller's.
 ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"},
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
-PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"), ("whole_step_uncaptured", "eager_blocks5")]
+PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"), ("whole_step_uncaptured", "eager_blocks5"),
+         ("eager", "eager_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
@@ -91,7 +98,8 @@ def main():
     modes = {m: MODES[m] for m in wanted}
     pairs = [(a, b) for a, b in PAIRS if a in modes and b in modes]
     for mode, extra in modes.items():
-        cmd = [binary, "manifests/yolo9t.toml", "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
+        exe = os.environ["BASE_BIN"] if mode.endswith("_base") else binary
+        cmd = [exe, "manifests/yolo9t.toml", "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
         env = {**os.environ, **ENVS.get(mode, {})}
         run = subprocess.run(cmd + settings + extra, cwd=ROOT, capture_output=True, text=True, env=env)
         logs[mode] = [l[l.index("cuda_graph"):] for l in run.stderr.splitlines() if "cuda_graph" in l]

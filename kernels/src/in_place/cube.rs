@@ -97,7 +97,7 @@ fn writable(t: CubeTensor) -> CubeTensor {
     if !t.is_contiguous() {
         return into_contiguous(t);
     }
-    if t.can_mut() && std::env::var("LIBREYOLO_IN_PLACE").as_deref() != Ok("copy") { t } else { t.copy() }
+    if t.can_mut() { t } else { t.copy() }
 }
 
 /// `t` dense, for reading.
