@@ -7,8 +7,11 @@
 //! batch 16, bf16, `LIBREYOLO_HOST_PROFILE` put 2.9 s of the device thread in
 //! `burn_fusion::search::merging` and the first step took 10.6-11.6 s. With 2 blocks the
 //! merging cost 0.09 s and the first step 3.6 s, at the same step time (872 against 883 ms;
-//! docs/performance.md, fifteenth session). A captured step searches 4 blocks. Set before the
-//! first GPU tensor; a `burn.toml` in the working directory (or above) is left to configure burn.
+//! docs/performance.md, fifteenth session). Captured training searches as narrowly (4 blocks
+//! before the in-place state updates): the whole step then computes what eager does, bit for
+//! bit, and its warm-up was 3.7-5.5 s against 4.9-5.9 at 4 blocks in one call (4.1 against
+//! 6.9-7.7 in another) for a replay 1.0-1.3% slower (nineteenth session). Set before the first
+//! GPU tensor; a `burn.toml` in the working directory (or above) is left to configure burn.
 
 use burn::BurnConfig;
 use cubecl_environment::config::RuntimeConfig;
@@ -16,29 +19,16 @@ use cubecl_environment::config::RuntimeConfig;
 /// Environment variable: the block count (1 = one block, no merging; 5 = upstream's default).
 pub const ENV: &str = "LIBREYOLO_FUSION_MAX_BLOCKS";
 
-/// Ours for eager work: the fewest blocks that still fuse across the two chains of a step that
-/// interleave (1 forced unrelated ops into one block: more kernels and a slower step).
+/// Ours: the fewest blocks that still fuse across the two chains of a step that interleave (1
+/// forced unrelated ops into one block: more kernels and a slower step).
 pub const DEFAULT_MAX_BLOCKS: usize = 2;
 
-/// For captured training, whose GPU time the wider search lowers: the whole step's replay at 4
-/// blocks is within 0.3% of upstream's 5 in the same calls (2 blocks: 1.2-1.6% slower; b16 bf16),
-/// and its first step takes 2.1-3.0 s instead of 3.7-6.1 (the warm-up 6.3-8.1 against
-/// 7.3-12.0 s; docs/performance.md, seventeenth session).
-pub const CAPTURED_MAX_BLOCKS: usize = 4;
-
-/// The block count this process uses: `LIBREYOLO_FUSION_MAX_BLOCKS`, else ours (for eager work
-/// or for captured training).
-pub fn max_blocks_for(captured: bool) -> Result<usize, String> {
+/// The block count this process uses: `LIBREYOLO_FUSION_MAX_BLOCKS`, else ours.
+pub fn max_blocks() -> Result<usize, String> {
     match std::env::var(ENV) {
         Ok(value) => parse(&value),
-        Err(_) if captured => Ok(CAPTURED_MAX_BLOCKS),
         Err(_) => Ok(DEFAULT_MAX_BLOCKS),
     }
-}
-
-/// [`max_blocks_for`] an eager process.
-pub fn max_blocks() -> Result<usize, String> {
-    max_blocks_for(false)
 }
 
 fn parse(value: &str) -> Result<usize, String> {
@@ -53,19 +43,14 @@ fn config(max_blocks: usize) -> BurnConfig {
     config.override_from_env()
 }
 
-/// Sets burn's fusion search for an eager process (see [`configure_for`]).
-pub fn configure() {
-    configure_for(false)
-}
-
 /// Sets burn's fusion search unless a `burn.toml` does, or burn's configuration was already set
 /// or read (the first call of a process wins).
-pub fn configure_for(captured: bool) {
+pub fn configure() {
     if crate::kernel_cache::config_file_above(&["burn.toml", "Burn.toml"]) {
         return;
     }
     // An invalid value was refused at start-up (cli::main); here it falls back to ours.
-    BurnConfig::try_set(config(max_blocks_for(captured).unwrap_or(DEFAULT_MAX_BLOCKS)));
+    BurnConfig::try_set(config(max_blocks().unwrap_or(DEFAULT_MAX_BLOCKS)));
 }
 
 #[cfg(test)]

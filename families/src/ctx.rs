@@ -292,13 +292,15 @@ impl ParamStore {
     /// The device half of [`apply_batch_stats`](Self::apply_batch_stats): the running
     /// statistics, in place (what a captured step records).
     pub fn fold_batch_stats(&mut self, stats: &[BatchStats], momentum: f64) {
-        let stable = self.stable_buffers();
         for s in stats {
             for (id, batch) in [(s.running_mean, &s.mean), (s.running_var, &s.var_unbiased)] {
-                if let Value::Rank1(t) = &mut self.entry_mut(id).value {
-                    let batch = batch.clone().cast(FloatDType::from(t.dtype()));
-                    crate::params::update_in_place(t, stable, |r| r.mul_scalar(1.0 - momentum).add(batch.mul_scalar(momentum)));
-                }
+                self.map_value(id, |value| match value {
+                    Value::Rank1(r) => {
+                        let batch = batch.clone().cast(FloatDType::from(r.dtype()));
+                        Value::Rank1(libreyolo_kernels::in_place::blend_const(r, batch, 1.0 - momentum, momentum))
+                    }
+                    other => other,
+                });
             }
         }
     }

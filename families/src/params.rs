@@ -131,6 +131,12 @@ impl ParamStore {
         &mut self.entries[id.0]
     }
 
+    /// Replaces the value of `id` by `f(value)`, the value moved in.
+    pub fn map_value(&mut self, id: ParamId, f: impl FnOnce(Value) -> Value) {
+        let value = &mut self.entries[id.0].value;
+        *value = f(std::mem::replace(value, Value::Count(0)));
+    }
+
     pub fn find(&self, name: &str) -> Option<ParamId> {
         self.entries.iter().position(|e| e.name == name).map(ParamId)
     }

@@ -9,3 +9,4 @@
 //! activation twice forward and twice backward.
 
 pub mod batch_norm;
+pub mod in_place;

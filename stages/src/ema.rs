@@ -5,8 +5,9 @@
 //! can replay it) and on the host (`finish_update`).
 
 use burn::tensor::{Device, Tensor};
-use libreyolo_families::params::{TensorMut, update_in_place};
+use libreyolo_families::params::TensorMut;
 use libreyolo_families::{ParamStore, Value};
+use libreyolo_kernels::in_place::blend;
 
 use crate::optim::{device_scalar, write_scalar};
 
@@ -28,21 +29,18 @@ impl Ema {
         self.decay * (1.0 - (-((self.updates + 1) as f64) / self.tau).exp())
     }
 
-    /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor, with
-    /// `d` read from device scalars (a captured step refreshes them before each replay).
+    /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor
+    /// (`in_place::blend`, one kernel a tensor on the GPU).
     pub fn update_device(&mut self, model: &ParamStore, d: &DecayScalars) {
-        let stable = model.stable_buffers();
         for i in 0..model.len() {
             let id = libreyolo_families::ParamId(i);
-            match (&mut self.store.entry_mut(id).value, &model.entry(id).value) {
-                (Value::Rank4(e), Value::Rank4(m)) => {
-                    let (dd, od) = (d.decay.clone().reshape([1, 1, 1, 1]), d.one_minus.clone().reshape([1, 1, 1, 1]));
-                    update_in_place(e, stable, |e| e.mul(dd).add(m.clone().mul(od)))
-                }
-                (Value::Rank1(e), Value::Rank1(m)) => update_in_place(e, stable, |e| e.mul(d.decay.clone()).add(m.clone().mul(d.one_minus.clone()))),
-                (Value::Count(_), Value::Count(_)) => {}
+            let source = model.entry(id).value.clone();
+            self.store.map_value(id, |average| match (average, source) {
+                (Value::Rank4(e), Value::Rank4(m)) => Value::Rank4(blend(e, m, &d.decay, &d.one_minus)),
+                (Value::Rank1(e), Value::Rank1(m)) => Value::Rank1(blend(e, m, &d.decay, &d.one_minus)),
+                (count @ Value::Count(_), Value::Count(_)) => count,
                 _ => unreachable!("the EMA mirrors the model"),
-            }
+            });
         }
     }
 

@@ -46,11 +46,18 @@ struct Report {
     graph_replay_max_abs_diff: f32,
     graph_replays_bitwise_equal: bool,
     graph_replays_distinct: bool,
+    /// The optimizer's, EMA's and running statistics' in-place kernels against the CPU, queued
+    /// and replayed in a graph: largest relative error.
+    in_place_updates_max_rel_err: f32,
     passed: bool,
 }
 
 /// Relative error allowed against the CPU: GPU matmuls may use TF32 and other summation orders.
 const OP_TOLERANCE: f32 = 1e-2;
+
+/// Relative error allowed for the in-place updates: elementwise f32, so a few ulp (the GPU may
+/// fuse a multiply-add that the CPU rounds twice).
+const IN_PLACE_TOLERANCE: f32 = 1e-5;
 
 pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
     let report = check(args)?;
@@ -105,9 +112,11 @@ fn check(args: &DoctorArgs) -> anyhow::Result<Report> {
     eprintln!("[{:>6.1}s] conv2d max rel err {conv_err:.2e}", started.elapsed().as_secs_f64());
 
     let graph = check_graph(&dev, &started)?;
+    let in_place_err = check_in_place_updates(&dev, &started);
     let hardware_required = resolved.backend == Backend::Cuda;
     let passed = matmul_err <= OP_TOLERANCE
         && conv_err <= OP_TOLERANCE
+        && in_place_err <= IN_PLACE_TOLERANCE
         && graph.max_abs_diff <= 1e-5
         && graph.distinct
         && (graph.hardware || !hardware_required);
@@ -124,6 +133,7 @@ fn check(args: &DoctorArgs) -> anyhow::Result<Report> {
         graph_replay_max_abs_diff: graph.max_abs_diff,
         graph_replays_bitwise_equal: graph.max_abs_diff == 0.0,
         graph_replays_distinct: graph.distinct,
+        in_place_updates_max_rel_err: in_place_err,
         passed,
     })
 }
@@ -176,6 +186,91 @@ fn check_graph(dev: &Device, started: &Instant) -> anyhow::Result<GraphCheck> {
     }
     eprintln!("[{:>6.1}s] 3 replays vs eager: max |diff| {max_abs_diff:e}, distinct outputs: {distinct}", started.elapsed().as_secs_f64());
     Ok(GraphCheck { hardware, capture_s, max_abs_diff, distinct })
+}
+
+/// The training state a step updates in place: a conv weight and its momentum buffer (SGD,
+/// Nesterov, weight decay), its EMA, and a running statistic of 7 channels.
+struct UpdatedState {
+    param: Tensor<4>,
+    buffer: Tensor<1>,
+    average: Tensor<4>,
+    running: Tensor<1>,
+}
+
+impl UpdatedState {
+    fn new(dev: &Device) -> Self {
+        let dims = [8, 3, 3, 3];
+        Self {
+            param: Tensor::from_data(TensorData::new(host_data(30, 216), dims), dev),
+            buffer: Tensor::from_data(TensorData::new(host_data(31, 216), [216]), dev),
+            average: Tensor::from_data(TensorData::new(host_data(32, 216), dims), dev),
+            running: Tensor::from_data(TensorData::new(host_data(33, 7), [7]), dev),
+        }
+    }
+
+    fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 4]) {
+        use libreyolo_kernels::in_place::{blend, blend_const, sgd_step};
+        let [lr, momentum, decay, one_minus] = scalars;
+        let (param, buffer) = (std::mem::replace(&mut self.param, self.average.clone()), std::mem::replace(&mut self.buffer, grad.clone()));
+        let (param, buffer) = sgd_step(param, buffer, grad.clone(), lr, momentum, 5e-4, true);
+        (self.param, self.buffer) = (param, buffer);
+        self.average.inplace(|a| blend(a, self.param.clone(), decay, one_minus));
+        self.running.inplace(|r| blend_const(r, batch.clone(), 0.97, 0.03));
+    }
+
+    /// The state on the host, read now: `into_data` may hand back bytes that are only read from
+    /// the device when first touched, after the next in-place update.
+    fn values(&self) -> Vec<TensorData> {
+        let read = |t: TensorData| TensorData::new(t.try_to_vec::<f32>().unwrap_or_default(), t.shape().clone());
+        vec![read(self.param.clone().into_data()), read(self.buffer.clone().into_data()), read(self.average.clone().into_data()), read(self.running.clone().into_data())]
+    }
+}
+
+/// Three updates queued on `dev` without reads, then read, against the CPU; then one captured
+/// and replayed three times. The largest relative error.
+fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
+    let cpu = Device::flex();
+    let (gv, bv) = (host_data(34, 216), host_data(35, 7));
+    let inputs = |d: &Device| {
+        let scalar = |v: f32| Tensor::<1>::from_data(TensorData::new(vec![v], [1]), d);
+        (Tensor::<1>::from_data(TensorData::new(gv.clone(), [216]), d), Tensor::<1>::from_data(TensorData::new(bv.clone(), [7]), d), [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)])
+    };
+    let on_cpu = |values: &[TensorData]| {
+        let t = |d: &TensorData| Tensor::<1>::from_data(TensorData::new(d.try_to_vec::<f32>().unwrap_or_default(), [d.num_elements()]), &cpu);
+        UpdatedState { param: t(&values[0]).reshape([8, 3, 3, 3]), buffer: t(&values[1]), average: t(&values[2]).reshape([8, 3, 3, 3]), running: t(&values[3]) }
+    };
+    let errors = |from: &[TensorData], got: &[TensorData]| -> Vec<f32> {
+        let (g, b, s) = inputs(&cpu);
+        let mut want = on_cpu(from);
+        for _ in 0..3 {
+            want.step(&g, &b, &s);
+        }
+        got.iter().zip(want.values()).map(|(x, w)| max_rel_err(x, &w)).collect()
+    };
+    let (grad, batch, scalars) = inputs(dev);
+    let mut eager = UpdatedState::new(dev);
+    let start = eager.values();
+    for _ in 0..3 {
+        eager.step(&grad, &batch, &scalars);
+    }
+    let got = eager.values();
+    let eager_errors = errors(&start, &got);
+    let state = RefCell::new(UpdatedState::new(dev));
+    let mut graph = burn::tensor::capture(dev, || state.borrow_mut().step(&grad, &batch, &scalars));
+    let before = state.borrow().values();
+    for _ in 0..3 {
+        unsafe { graph.replay() };
+    }
+    let after = state.borrow().values();
+    let graph_errors = errors(&before, &after);
+    let max = |errors: &[f32]| errors.iter().copied().fold(0f32, f32::max);
+    eprintln!(
+        "[{:>6.1}s] in-place updates (SGD, EMA, running statistic) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
+        started.elapsed().as_secs_f64(),
+        max(&eager_errors),
+        max(&graph_errors)
+    );
+    eager_errors.into_iter().chain(graph_errors).fold(0f32, f32::max)
 }
 
 fn tensor2(values: &[f32], shape: [usize; 2], dev: &Device) -> Tensor<2> {

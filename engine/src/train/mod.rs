@@ -162,7 +162,6 @@ pub fn train_process(loaded: &LoadedManifest, dag: &StepDag, resolved: &Resolved
 /// What every run needs before its replicas start: the kernel cache, Ctrl-C, the datasets.
 fn prepare(loaded: &LoadedManifest) -> anyhow::Result<Datasets> {
     let m = &loaded.manifest;
-    crate::fusion_search::configure_for(m.capture.enabled);
     crate::kernel_cache::configure();
     let _ = ctrlc::set_handler(|| {
         if STOP.swap(true, Ordering::SeqCst) {

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 
 use burn::tensor::Tensor;
-use libreyolo_families::params::update_in_place;
-use libreyolo_families::{ParamId, ParamStore};
+use libreyolo_families::{ParamId, ParamStore, Value};
+use libreyolo_kernels::in_place::sgd_step;
 
-use super::{Optimizer, Scalars, decay_for, flat, trainable, update_param, zeros_for};
+use super::{Optimizer, Scalars, decay_for, trainable, zeros_for};
 
 pub struct Sgd {
     pub weight_decay: f64,
@@ -30,18 +30,28 @@ impl Optimizer for Sgd {
     }
 
     /// With zero-initialised buffers, `buf = momentum * buf + g` is `g` at the first step,
-    /// exactly torch's `buf = g`. Both new values are computed before either is written, so the
-    /// GPU backend fuses a parameter's whole update into one kernel (writing the buffer first
-    /// split it in two around the copy).
+    /// exactly torch's `buf = g`. A parameter's whole update, momentum buffer included, is one
+    /// kernel on the GPU, written into both tensors' own buffers (`in_place::sgd_step`).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         for (id, grad) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
-            let g = if wd > 0.0 { grad.add(flat(store, id).mul_scalar(wd)) } else { grad };
-            let buf = self.buffers.entry(id).or_insert_with(|| g.zeros_like());
-            let new_buf = buf.clone().mul(s.momentum.clone()).add(g.clone());
-            let step = if self.nesterov { g.add(new_buf.clone().mul(s.momentum.clone())) } else { new_buf.clone() };
-            update_param(store, id, |p| p.sub(step.mul(s.lr.clone())));
-            update_in_place(buf, store.stable_buffers(), |_| new_buf);
+            let buf = self.buffers.entry(id).or_insert_with(|| grad.zeros_like());
+            let old_buf = std::mem::replace(buf, grad.clone());
+            let mut new_buf = None;
+            store.map_value(id, |value| match value {
+                Value::Rank4(p) => {
+                    let (p, b) = sgd_step(p, old_buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
+                    new_buf = Some(b);
+                    Value::Rank4(p)
+                }
+                Value::Rank1(p) => {
+                    let (p, b) = sgd_step(p, old_buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
+                    new_buf = Some(b);
+                    Value::Rank1(p)
+                }
+                Value::Count(_) => unreachable!("counts have no gradient"),
+            });
+            *buf = new_buf.expect("a trainable tensor was updated");
         }
     }
 

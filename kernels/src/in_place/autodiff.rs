@@ -1,0 +1,32 @@
+//! The updates are not differentiable (they write the training state after the backward pass):
+//! with autodiff they run on the inner backend.
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{AutodiffBackend, Backend};
+
+use super::InPlaceBackend;
+
+impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Autodiff<B, C> {
+    fn sgd_step(
+        param: FloatTensor<Self>,
+        buffer: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        lr: FloatTensor<Self>,
+        momentum: FloatTensor<Self>,
+        weight_decay: f64,
+        nesterov: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (p, b) = B::sgd_step(Self::inner(param), Self::inner(buffer), Self::inner(grad), Self::inner(lr), Self::inner(momentum), weight_decay, nesterov);
+        (Self::from_inner(p), Self::from_inner(b))
+    }
+
+    fn blend(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::from_inner(B::blend(Self::inner(target), Self::inner(source), Self::inner(keep), Self::inner(take)))
+    }
+
+    fn blend_const(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: f64, take: f64) -> FloatTensor<Self> {
+        Self::from_inner(B::blend_const(Self::inner(target), Self::inner(source), keep, take))
+    }
+}

@@ -1,0 +1,62 @@
+//! The CubeCL kernels of the in-place updates: one f32 element a unit, read and written at the
+//! same index, with the `[1]` device scalars read once per unit.
+
+use burn_cubecl::cubecl;
+use cubecl::prelude::*;
+
+/// Units a cube holds.
+pub const CUBE_UNITS: usize = 256;
+
+/// The element this unit updates; units past `total` end here.
+#[cube]
+fn position(total: usize) -> usize {
+    let i = ABSOLUTE_POS;
+    if i >= total {
+        terminate!();
+    }
+    i
+}
+
+/// One SGD step in place: `param` and `buffer` are read and written, `grad` read.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn sgd_step(
+    param: &mut Tensor<f32>,
+    buffer: &mut Tensor<f32>,
+    grad: &Tensor<f32>,
+    lr: &Tensor<f32>,
+    momentum: &Tensor<f32>,
+    weight_decay: f32,
+    total: usize,
+    #[comptime] decay: bool,
+    #[comptime] nesterov: bool,
+) {
+    let i = position(total);
+    let m = momentum[0];
+    let p = param[i];
+    let mut g = grad[i];
+    if decay {
+        g = g + p * weight_decay;
+    }
+    let b = buffer[i] * m + g;
+    let mut step = b;
+    if nesterov {
+        step = g + b * m;
+    }
+    buffer[i] = b;
+    param[i] = p - step * lr[0];
+}
+
+/// `target = target * keep + source * take` in place, the weights `[1]` device scalars.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn blend(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: &Tensor<f32>, take: &Tensor<f32>, total: usize) {
+    let i = position(total);
+    target[i] = target[i] * keep[0] + source[i] * take[0];
+}
+
+/// `target = target * keep + source * take` in place, the weights constants.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn blend_const(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: f32, take: f32, total: usize) {
+    let i = position(total);
+    target[i] = target[i] * keep + source[i] * take;
+}

@@ -1,0 +1,43 @@
+//! The updates composed of burn's primitive operations, in the order the optimizer and EMA
+//! always wrote them: what the CPU runs, and the reference the GPU kernels are checked against.
+
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Scalar, TensorMetadata};
+use burn::tensor::Shape;
+
+/// `t` reshaped to `shape`.
+fn shaped<B: Backend>(t: FloatTensor<B>, shape: Shape) -> FloatTensor<B> {
+    B::float_reshape(t, shape)
+}
+
+/// A `[1]` scalar broadcastable against a tensor of `rank`.
+fn scalar_of_rank<B: Backend>(s: FloatTensor<B>, rank: usize) -> FloatTensor<B> {
+    B::float_reshape(s, Shape::from(vec![1; rank]))
+}
+
+pub fn sgd_step<B: Backend>(
+    param: FloatTensor<B>,
+    buffer: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    lr: FloatTensor<B>,
+    momentum: FloatTensor<B>,
+    weight_decay: f64,
+    nesterov: bool,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let shape = param.shape();
+    let p = shaped::<B>(param, buffer.shape());
+    let g = if weight_decay > 0.0 { B::float_add(grad, B::float_mul_scalar(p.clone(), Scalar::Float(weight_decay))) } else { grad };
+    let new_buffer = B::float_add(B::float_mul(buffer, momentum.clone()), g.clone());
+    let step = if nesterov { B::float_add(g, B::float_mul(new_buffer.clone(), momentum)) } else { new_buffer.clone() };
+    let p = B::float_sub(p, B::float_mul(step, lr));
+    (shaped::<B>(p, shape), new_buffer)
+}
+
+pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> FloatTensor<B> {
+    let rank = target.shape().num_dims();
+    B::float_add(B::float_mul(target, scalar_of_rank::<B>(keep, rank)), B::float_mul(source, scalar_of_rank::<B>(take, rank)))
+}
+
+pub fn blend_const<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: f64, take: f64) -> FloatTensor<B> {
+    B::float_add(B::float_mul_scalar(target, Scalar::Float(keep)), B::float_mul_scalar(source, Scalar::Float(take)))
+}

@@ -1,0 +1,59 @@
+//! The updates on the CPU against the formulas written out element by element (torch's
+//! `SGD` with dampening 0, and the weighted sum).
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+use super::{blend, blend_const, sgd_step};
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().to_vec::<f32>().unwrap()
+}
+
+fn close(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{got:?} != {want:?}");
+    }
+}
+
+/// torch.optim.SGD's update of one element (dampening 0), in f64.
+fn torch_sgd(p: f64, buf: f64, g: f64, lr: f64, momentum: f64, wd: f64, nesterov: bool) -> (f64, f64) {
+    let g = g + wd * p;
+    let buf = momentum * buf + g;
+    let step = if nesterov { g + momentum * buf } else { buf };
+    (p - lr * step, buf)
+}
+
+#[test]
+fn sgd_step_is_torchs_update_with_and_without_nesterov_and_decay() {
+    let device = Device::flex();
+    let p0 = [0.5f32, -1.25, 2.0, 0.0, 3.5, -0.75];
+    let b0 = [0.1f32, 0.0, -0.2, 0.3, 0.05, -0.4];
+    let g0 = [1.0f32, -2.0, 0.25, 0.5, -0.125, 4.0];
+    let (lr, momentum) = (0.01, 0.937);
+    for (wd, nesterov) in [(0.0, false), (5e-4, false), (0.0, true), (5e-4, true)] {
+        let param = Tensor::<4>::from_data(TensorData::new(p0.to_vec(), [1, 2, 3, 1]), &device);
+        let buffer = Tensor::<1>::from_data(TensorData::new(b0.to_vec(), [6]), &device);
+        let grad = Tensor::<1>::from_data(TensorData::new(g0.to_vec(), [6]), &device);
+        let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+        let (p, b) = sgd_step(param, buffer, grad, &scalar(lr), &scalar(momentum), wd, nesterov);
+        assert_eq!(p.dims(), [1, 2, 3, 1], "the parameter keeps its shape");
+        let want: Vec<(f64, f64)> = (0..6).map(|i| torch_sgd(p0[i] as f64, b0[i] as f64, g0[i] as f64, lr, momentum, wd, nesterov)).collect();
+        close(&values(p), &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
+        close(&values(b), &want.iter().map(|w| w.1 as f32).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn blend_weights_target_and_source() {
+    let device = Device::flex();
+    let t0 = [1.0f32, -2.0, 3.0, 0.5];
+    let s0 = [0.0f32, 4.0, -1.0, 0.5];
+    let target = || Tensor::<2>::from_data(TensorData::new(t0.to_vec(), [2, 2]), &device);
+    let source = || Tensor::<2>::from_data(TensorData::new(s0.to_vec(), [2, 2]), &device);
+    let (keep, take) = (0.97f64, 0.03f64);
+    let want: Vec<f32> = (0..4).map(|i| (t0[i] as f64 * keep + s0[i] as f64 * take) as f32).collect();
+    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+    close(&values(blend(target(), source(), &scalar(keep), &scalar(take))), &want);
+    close(&values(blend_const(target(), source(), keep, take)), &want);
+}
