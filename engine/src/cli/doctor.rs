@@ -188,8 +188,13 @@ fn check_graph(dev: &Device, started: &Instant) -> anyhow::Result<GraphCheck> {
     Ok(GraphCheck { hardware, capture_s, max_abs_diff, distinct })
 }
 
+/// The checked state's sizes: several cubes of the kernels' launch (256 units), the last partial.
+const PARAM_DIMS: [usize; 4] = [40, 33, 3, 3];
+const PARAM_LEN: usize = 40 * 33 * 3 * 3;
+const CHANNELS: usize = 333;
+
 /// The training state a step updates in place: a conv weight and its momentum buffer (SGD,
-/// Nesterov, weight decay), its EMA, and a running statistic of 7 channels.
+/// Nesterov, weight decay), its EMA, and a running statistic.
 struct UpdatedState {
     param: Tensor<4>,
     buffer: Tensor<1>,
@@ -199,12 +204,11 @@ struct UpdatedState {
 
 impl UpdatedState {
     fn new(dev: &Device) -> Self {
-        let dims = [8, 3, 3, 3];
         Self {
-            param: Tensor::from_data(TensorData::new(host_data(30, 216), dims), dev),
-            buffer: Tensor::from_data(TensorData::new(host_data(31, 216), [216]), dev),
-            average: Tensor::from_data(TensorData::new(host_data(32, 216), dims), dev),
-            running: Tensor::from_data(TensorData::new(host_data(33, 7), [7]), dev),
+            param: Tensor::from_data(TensorData::new(host_data(30, PARAM_LEN), PARAM_DIMS), dev),
+            buffer: Tensor::from_data(TensorData::new(host_data(31, PARAM_LEN), [PARAM_LEN]), dev),
+            average: Tensor::from_data(TensorData::new(host_data(32, PARAM_LEN), PARAM_DIMS), dev),
+            running: Tensor::from_data(TensorData::new(host_data(33, CHANNELS), [CHANNELS]), dev),
         }
     }
 
@@ -230,14 +234,14 @@ impl UpdatedState {
 /// and replayed three times. The largest relative error.
 fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
     let cpu = Device::flex();
-    let (gv, bv) = (host_data(34, 216), host_data(35, 7));
+    let (gv, bv) = (host_data(34, PARAM_LEN), host_data(35, CHANNELS));
     let inputs = |d: &Device| {
         let scalar = |v: f32| Tensor::<1>::from_data(TensorData::new(vec![v], [1]), d);
-        (Tensor::<1>::from_data(TensorData::new(gv.clone(), [216]), d), Tensor::<1>::from_data(TensorData::new(bv.clone(), [7]), d), [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)])
+        (Tensor::<1>::from_data(TensorData::new(gv.clone(), [PARAM_LEN]), d), Tensor::<1>::from_data(TensorData::new(bv.clone(), [CHANNELS]), d), [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)])
     };
     let on_cpu = |values: &[TensorData]| {
         let t = |d: &TensorData| Tensor::<1>::from_data(TensorData::new(d.try_to_vec::<f32>().unwrap_or_default(), [d.num_elements()]), &cpu);
-        UpdatedState { param: t(&values[0]).reshape([8, 3, 3, 3]), buffer: t(&values[1]), average: t(&values[2]).reshape([8, 3, 3, 3]), running: t(&values[3]) }
+        UpdatedState { param: t(&values[0]).reshape(PARAM_DIMS), buffer: t(&values[1]), average: t(&values[2]).reshape(PARAM_DIMS), running: t(&values[3]) }
     };
     let errors = |from: &[TensorData], got: &[TensorData]| -> Vec<f32> {
         let (g, b, s) = inputs(&cpu);
