@@ -8,10 +8,11 @@
 //! `burn_fusion::search::merging` and the first step took 10.6-11.6 s. With 2 blocks the
 //! merging cost 0.09 s and the first step 3.6 s, at the same step time (872 against 883 ms;
 //! docs/performance.md, fifteenth session). Captured training searches as narrowly (4 blocks
-//! before the in-place state updates): the whole step then computes what eager does, bit for
-//! bit, and its warm-up was 3.7-5.5 s against 4.9-5.9 at 4 blocks in one call (4.1 against
-//! 6.9-7.7 in another) for a replay 1.0-1.3% slower (nineteenth session). Set before the first
-//! GPU tensor; a `burn.toml` in the working directory (or above) is left to configure burn.
+//! before the in-place state updates): one build and cache, alternating, its warm-up was
+//! 3.9-4.7 s against 5.2-6.1 at 4 blocks (first step 1.0-1.2 against 2.1-2.4 s) for a replay
+//! 1.3-1.7% slower, and the whole step then computes what eager does, bit for bit (nineteenth
+//! session). Set before the first GPU tensor; a `burn.toml` in the working directory (or
+//! above) is left to configure burn.
 
 use burn::BurnConfig;
 use cubecl_environment::config::RuntimeConfig;
