@@ -51,7 +51,12 @@ impl Pass for AllocateSharedMemoryBlockPass {
         let mut rewriter = IRRewriter::<DummyListener>::default();
         let op = op.dyn_op(ctx).downcast::<FuncOp>().unwrap();
 
-        let allocs = analysis.allocations.values().copied().collect::<Vec<_>>();
+        // In the order the analysis allocated them (their offsets grow with it), not the hash
+        // map's, which differs from process to process: the slices' declarations, and so the
+        // generated source, must be the same in every process for the source-keyed kernel cache
+        // (libreyolo-run: vendor/README.md).
+        let mut allocs = analysis.allocations.values().copied().collect::<Vec<_>>();
+        allocs.sort_by_key(|it| it.offset);
 
         if !analysis.allocations.is_empty() {
             let size = allocs.iter().map(|it| it.end(ctx)).max().unwrap();
