@@ -33,7 +33,7 @@ impl InPlaceBackend for CubeBackend {
                 readable(lr).into_tensor_arg(),
                 readable(momentum).into_tensor_arg(),
                 weight_decay as f32,
-                launch.units(),
+                launch.total,
                 weight_decay > 0.0,
                 nesterov,
             );
@@ -57,7 +57,7 @@ impl InPlaceBackend for CubeBackend {
                 source.into_tensor_arg(),
                 readable(keep).into_tensor_arg(),
                 readable(take).into_tensor_arg(),
-                launch.units(),
+                launch.total,
             );
         }
         target
@@ -79,7 +79,7 @@ impl InPlaceBackend for CubeBackend {
                 source.into_tensor_arg(),
                 keep as f32,
                 take as f32,
-                launch.units(),
+                launch.total,
             );
         }
         target
@@ -117,11 +117,7 @@ impl Launch {
         Self { total, address }
     }
 
-    fn units(&self) -> usize {
-        self.total
-    }
-
     fn count(&self) -> CubeCount {
-        CubeCount::Static(self.units().div_ceil(CUBE_UNITS).max(1) as u32, 1, 1)
+        CubeCount::Static(self.total.div_ceil(CUBE_UNITS).max(1) as u32, 1, 1)
     }
 }
