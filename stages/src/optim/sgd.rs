@@ -35,23 +35,23 @@ impl Optimizer for Sgd {
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         for (id, grad) in grads {
             let wd = decay_for(store.entry(id).role, self.weight_decay);
-            let buf = self.buffers.entry(id).or_insert_with(|| grad.zeros_like());
-            let old_buf = std::mem::replace(buf, grad.clone());
+            // Taken out of the map, so the kernel gets the buffer as its last use (in place).
+            let buf = self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like());
             let mut new_buf = None;
             store.map_value(id, |value| match value {
                 Value::Rank4(p) => {
-                    let (p, b) = sgd_step(p, old_buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
+                    let (p, b) = sgd_step(p, buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
                     new_buf = Some(b);
                     Value::Rank4(p)
                 }
                 Value::Rank1(p) => {
-                    let (p, b) = sgd_step(p, old_buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
+                    let (p, b) = sgd_step(p, buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
                     new_buf = Some(b);
                     Value::Rank1(p)
                 }
                 Value::Count(_) => unreachable!("counts have no gradient"),
             });
-            *buf = new_buf.expect("a trainable tensor was updated");
+            self.buffers.insert(id, new_buf.expect("a trainable tensor was updated"));
         }
     }
 
