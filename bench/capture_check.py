@@ -93,7 +93,7 @@ def main():
     binary, out, settings = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3:]
     os.makedirs(out, exist_ok=True)
     logs = {}
-    # CAPTURE_MODES=eager,whole_step,... runs a subset (a short device call); pairs need both runs.
+    # CAPTURE_MODES=eager,whole_step,... runs a subset (a shorter run); pairs need both runs.
     wanted = [m for m in os.environ.get("CAPTURE_MODES", ",".join(MODES)).split(",") if m]
     modes = {m: MODES[m] for m in wanted}
     if any(m in BASE_MODES for m in modes) and "BASE_BIN" not in os.environ:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The capture table of issue #8 at one batch, in one device call: our step eager, with
+# The capture table of issue #8 at one batch, in one remote run: our step eager, with
 # LibreYOLO's two graphs and with the whole step captured (`profile run`, bf16, COCO128, 640),
 # then LibreYOLO 1.6's own profile (eager and `cuda_graph=True`) on the same card.
 #
@@ -14,9 +14,9 @@
 # (the whole step with BURN_DETERMINISTIC_SUM=1: what bit-reproducible sums cost).
 #
 # Runs on the GPU machine (scripts/gpu.sh remote 'sh:bash bench/capture_table.sh 16'), with
-# .gpu/coco128 and .gpu/libreyolo_profile.py carried and LibreYOLO's wheels in .whl/. The run
-# directories stay in /tmp (a device call returns few files); what comes back is one archive,
-# $OUT/NAME.tar.xz (NAME = capture_bBATCH unless WORK=/tmp/NAME is set, so one call can run the
+# .gpu/coco128 and .gpu/libreyolo_profile.py copied and LibreYOLO's wheels in .whl/. The run
+# directories stay in /tmp (few files are copied back); what comes back is one archive,
+# $OUT/NAME.tar.xz (NAME = capture_bBATCH unless WORK=/tmp/NAME is set, so one run can run the
 # script several times with other limits), with each run's profile_summary.json (top kernels,
 # categories) and LibreYOLO's anchor JSON, plus $OUT/NAME.txt with the step times side by side.
 set -uo pipefail

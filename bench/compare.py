@@ -19,7 +19,7 @@ size, precision and loader settings. Each configuration is run eager and with CU
   (each in its own process with CUDA_VISIBLE_DEVICES set; ours on a copy of the kernel cache
   after the first GPU, as cubecl's cache file takes one writer). A run has its GPU to itself, so
   its figures are those of a one-GPU machine; the CPU is shared.
-* `--merge A.json B.json ...`: the tables of several runs (e.g. device calls split by size or
+* `--merge A.json B.json ...`: the tables of several runs (e.g. remote runs split by size or
   dtype) as one, written like a run's JSON.
 
 Every row has the peak GPU memory and the warm-up (seconds before the measured window) as their
@@ -32,7 +32,7 @@ bench/results/, and with --docs appends the tables to docs/performance.md.
     python3 bench/compare.py --merge A.json B.json ... [--docs]
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
-(docs/performance.md); nothing is downloaded. CUDA graphs are skipped on the CPU.
+(docs/gpu.md); nothing is downloaded. CUDA graphs are skipped on the CPU.
 """
 import argparse
 import datetime
@@ -403,7 +403,7 @@ def write_result(result, device, docs, heading):
 
 
 def rows_from_log(path):
-    """The rows a run printed (its compare.txt, or the device call's steps.log) when it was cut
+    """The rows a run printed (its compare.txt, or the remote run's steps.log) when it was cut
     short before writing its JSON: the settings are the first JSON file's."""
     result = {"rows": [], "cold_cache": [], "throughput": [], "settings": {"isolated": None}, "software": None, "date": ""}
     for line in open(path, errors="replace"):

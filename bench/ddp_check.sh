@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #11's acceptance in one device call on nvidia-h200-x2: the same training at the same
+# Issue #11's acceptance in one remote run on two GPUs: the same training at the same
 # global batch on one GPU (twice: the spread of two one-GPU runs is the tolerance), on two
 # (device=0,1) and on two processes (a torchrun-style launch), then bench/ddp_compare.py: their
 # per-step losses side by side (steps.csv) and their throughput (results.csv, epochs after the
@@ -11,7 +11,7 @@
 # .gpu/coco128. NCCL comes from the machine's PyTorch (nvidia-nccl wheel): cudarc looks for
 # `libnccl.so`, which the wheel ships only as `libnccl.so.2`, so a link is made in /tmp/nccl.
 # Writes $OUT/NAME.txt (the table) and $OUT/NAME.tar.xz (the runs' CSVs and logs), NAME the
-# last part of WORK (default ddp_check), so one call can compare several settings.
+# last part of WORK (default ddp_check), so one remote run can compare several settings.
 set -uo pipefail
 epochs=${1:-7}
 limit=${2:-200}
@@ -29,7 +29,7 @@ tag=$(basename "$work")
 rm -rf "$work" && mkdir -p "$work"
 common=(manifests/yolo9t.toml "data=$PWD/.gpu/coco128/coco128.yaml" cache=ram batch=16 "epochs=$epochs" val.enabled=false
     augment.no_aug_epochs=0 "project=$work" exist_ok=true "$@")
-# RUNS picks the runs (all four take ~500 s at 7 epochs: split them over two calls if needed;
+# RUNS picks the runs (all four take ~500 s at 7 epochs: split them over two remote runs if needed;
 # the comparison reads whatever run directories exist).
 runs=${RUNS:-two one one_again procs}
 for name in $runs; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #11 diagnosis on nvidia-h200-x2: one epoch on two GPUs with sync_bn=false, then with
+# Issue #11 diagnosis on a two-GPU machine: one epoch on two GPUs with sync_bn=false, then with
 # sync_bn=true, each with every replica's stage trace (LIBREYOLO_LOG=...=debug) so a hang shows
 # which collective one rank reached and the other did not, and the threads' stacks when it is
 # still running at the end (the stall watchdog waits longer than the limit, or it would exit

@@ -11,14 +11,14 @@ Both engines keep their defaults for everything the issue does not name (LibreYO
 schedule: SGD, warm-up 3 epochs, linear schedule, no_aug_epochs 15, EMA, validation every 10
 epochs and after the last). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
 step captured): graphs change speed, not arithmetic. By default the two trainings run at the
-same time on the one GPU, so both fit one device call; their wall times are then shared-GPU
+same time on the one GPU, so both fit one remote run; their wall times are then shared-GPU
 times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
 engine stops the other; what they validated until then is still reported. Afterwards our `val`
 scores both engines' best weights in f32 and in the compute dtypes (`cross_val` in the JSON), so
 a gap in mAP can be told apart between training and validation.
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
-(docs/performance.md); nothing is downloaded.
+(docs/gpu.md); nothing is downloaded.
 """
 import argparse
 import csv

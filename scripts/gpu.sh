@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Runs libreyolo-run on the GPU machine (the `device` tool), which has no Rust toolchain and
-# no network: the binary is built here, stripped and xz-compressed into .gpu/ (ignored by git,
-# carried by the device tool), and unpacked there. Compiled kernels and autotune results are
-# carried back and forth so warm-up is paid once. See docs/gpu.md.
+# Runs libreyolo-run on a GPU machine that has no Rust toolchain (or no network): the binary is
+# built here, stripped and xz-compressed into .gpu/ (kept out of git, copied to the GPU machine
+# with the repository), and unpacked there. Compiled kernels and autotune results travel back
+# and forth so warm-up is paid once. See docs/gpu.md.
 #
 # Here (CPU machine):
 #   scripts/gpu.sh pack                   # cargo build --release, strip --strip-debug, xz -> .gpu/libreyolo-run.xz,
 #                                         # plus .gpu/parity and .gpu/coco128 (fixtures and data)
-#   scripts/gpu.sh keep-cache DIR         # after a device call: DIR/kernels.tar.xz into .gpu/ (stale PTX dropped)
-# There (device tool, carry [".gpu"]):
+#   scripts/gpu.sh keep-cache DIR         # after a remote run: DIR/kernels.tar.xz into .gpu/ (stale PTX dropped)
+# There (the GPU machine, with .gpu/ copied and OUT set to an output directory):
 #   bash scripts/gpu.sh remote 'ARGS' ['@SECONDS:ARGS' ...]
 #                                         # unpack, restore the kernel cache, run `libreyolo-run ARGS` for
 #                                         # each quoted argument list (or 'sh:COMMAND', run by bash with
 #                                         # $BIN set to the binary), each under its @SECONDS limit, or
 #                                         # $STEP_TIMEOUT, default 540; output in $OUT/steps.log), then
 #                                         # save the warm-up logs and (SAVE_CACHE=0 skips it) the kernel
-#                                         # cache to $OUT. Keep the sum of the limits well under the
-#                                         # device call's limit, or both are lost.
+#                                         # cache to $OUT. Under an outer time limit, keep the sum of
+#                                         # the step limits well below it, or both are lost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPU_DIR=.gpu
@@ -39,9 +39,9 @@ keep-cache)
     src="${2:?usage: scripts/gpu.sh keep-cache DIR_WITH_kernels.tar.xz}"
     tmp=$(mktemp -d)
     tar -xJf "$src/kernels.tar.xz" -C "$tmp"
-    # The PTX entries of the sessions before CUBIN are never read by this build's default
-    # target, yet were 161 of the cache's 218 MB unpacked (2026-12-01): packing that back took
-    # over a minute on the card and cut a call short. Dropped here, where sqlite3 is at hand.
+    # The PTX entries of builds before CUBIN are never read by this build's default target,
+    # yet were 161 of the cache's 218 MB unpacked (2026-12-01): packing that back took over a
+    # minute on the card and cut a run short. Dropped here, where sqlite3 is at hand.
     if command -v sqlite3 > /dev/null && [ -f "$tmp/default.db" ]; then
         sqlite3 "$tmp/default.db" "PRAGMA wal_checkpoint(TRUNCATE); DELETE FROM entries WHERE namespace LIKE '%/ptx_sm%'; VACUUM;" > /dev/null
         rm -f "$tmp"/default.db-*shm
@@ -60,7 +60,7 @@ remote)
     # The driver's PTX -> SASS JIT cache, inside the kernel cache: only PTX kernels use it (the
     # CUBIN ones our cubecl-cuda emits by default do not; CUBECL_CUDA_NVRTC_TARGET=ptx for A/B).
     export CUDA_CACHE_PATH=$LIBREYOLO_KERNEL_CACHE/nv-compute-cache CUDA_CACHE_MAXSIZE=4294967296
-    # A machine kept warm between calls still has the last call's cache: the carried one goes
+    # A machine that ran an earlier remote run still has that run's cache: the copied one goes
     # into an empty directory, never over it (its SQLite write-ahead log mixed into the new
     # database: "Invalid page type", then a poisoned device, on 2026-12-01).
     rm -rf "$LIBREYOLO_KERNEL_CACHE"
@@ -90,13 +90,13 @@ remote)
         [ "$rc" = 0 ] || status=$rc
     done
     set -e
-    # The warm-up logs first (small, and what a cut-short call most needs back), then the cache
+    # The warm-up logs first (small, and what a cut-short run most needs back), then the cache
     # without the driver's JIT cache (hundreds of MB; unused with CUBIN kernels), and
-    # only if it fits what a call returns (16 MB a file).
+    # only if it is under 16 MB (a limit of the transfer this script was written for).
     for log in autotune-decisions.jsonl compilations.log; do
         [ -f "$LIBREYOLO_KERNEL_CACHE/$log" ] && xz -c "$LIBREYOLO_KERNEL_CACHE/$log" > "$OUT/$log.xz"
     done
-    # A call returns at most 8 files and drops the rest (2026-12-01: the kernel cache and
+    # Some transfers return at most 8 files and drop the rest (2026-12-01: the kernel cache and
     # steps.log were lost that way): beyond 4 files of the steps' own, they travel as one tar.
     own=$(cd "$OUT" && ls -A | grep -v -x -e steps.log -e autotune-decisions.jsonl.xz -e compilations.log.xz || true)
     # Files, not entries: a step's output folder counts for every file in it.
