@@ -1,6 +1,6 @@
 //! The binary end to end: `--dry-run` prints the plan, errors exit non-zero with one report.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
@@ -18,6 +18,11 @@ fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("the binary runs")
 }
 
+/// COCO128 beside this checkout (the shipped manifests leave the dataset to the command line).
+fn coco128() -> String {
+    format!("data={}", PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/coco128.yaml").display())
+}
+
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
@@ -31,10 +36,20 @@ fn dry_run_prints_settings_device_and_plan() {
     assert!(stdout.contains("deterministic = true"), "Ultralytics' name resolves to run.deterministic: {stdout}");
     assert!(stdout.contains("lr0 = 0.01"), "{stdout}");
     assert!(stdout.contains("cpu (flex) - device=cpu"), "{stdout}");
-    assert!(stdout.contains("7 stages, 5 segments, 4 seams"), "{stdout}");
-    assert!(stdout.contains("#2 captured [forward]"), "{stdout}");
+    // The shipped marking: the whole step captured (forward through EMA), one graph.
+    assert!(stdout.contains("7 stages, 3 segments, 2 seams"), "{stdout}");
+    assert!(stdout.contains("#2 captured [forward, loss, backward, optimizer, ema]"), "{stdout}");
     assert!(stdout.contains("this build: cuda_graph=true ignored (device is not CUDA)"), "{stdout}");
-    assert!(stdout.contains("#3 | #4  loss.loss"), "{stdout}");
+    assert!(stdout.contains("#2 | #3  optimizer.params"), "{stdout}");
+    assert!(stdout.contains("## program"), "{stdout}");
+    // LibreYOLO's contract is one marking away.
+    let out = run_with_env(
+        &["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"],
+        &[("LIBREYOLO_CAPTURE_SOFTWARE", "1")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("this build: captures 2 graph(s) per input shape: [forward] loss, backward(loss) [backward(forward)]"), "{stdout}");
 }
 
 #[test]
@@ -85,7 +100,7 @@ fn doctor_passes_on_the_cpu() {
 fn cuda_graph_on_the_cpu_logs_one_line_and_trains_eager() {
     let dir = tempfile::tempdir().unwrap();
     let project = format!("project={}", dir.path().display());
-    let out = run(&["manifests/yolo9t.toml", "cuda_graph=true", "device=cpu", "epochs=1", "imgsz=64", "batch=32", "val=false", &project]);
+    let out = run(&["manifests/yolo9t.toml", &coco128(), "cuda_graph=true", "device=cpu", "epochs=1", "imgsz=64", "batch=32", "val=false", &project]);
     let (_, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("cuda_graph=true ignored (device is not CUDA); training runs eager.").count(), 1, "{stderr}");
@@ -95,7 +110,7 @@ fn cuda_graph_on_the_cpu_logs_one_line_and_trains_eager() {
 fn autobatch_on_the_cpu_uses_the_default_batch() {
     let dir = tempfile::tempdir().unwrap();
     let project = format!("project={}", dir.path().display());
-    let out = run(&["manifests/yolo9t.toml", "batch=-1", "device=cpu", "epochs=1", "imgsz=64", "val=false", &project]);
+    let out = run(&["manifests/yolo9t.toml", &coco128(), "batch=-1", "device=cpu", "epochs=1", "imgsz=64", "val=false", &project]);
     let (_, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("AutoBatch (batch=-1) needs a CUDA device; using the default batch=16"), "{stderr}");
@@ -134,23 +149,42 @@ fn launcher_ranks_that_cannot_train_here_are_clear_errors() {
     assert!(stderr.contains("but not LOCAL_RANK, MASTER_ADDR, MASTER_PORT"), "{stderr}");
 }
 
-/// Under a torchrun-style launch each rank captures LibreYOLO's two graphs and the update graph
-/// when BatchNorm stays per rank; with SyncBatchNorm it says why it trains eager. (Software
-/// graphs stand in for CUDA so that the plan is shown on the CPU.)
+/// Under a torchrun-style launch each rank captures what holds no collective: LibreYOLO's two
+/// graphs and the update graph when BatchNorm stays per rank, the update alone with
+/// SyncBatchNorm, saying why the rest runs eager. (Software graphs stand in for CUDA so that
+/// the program is shown on the CPU.)
 #[test]
 fn dry_run_shows_what_a_data_parallel_rank_captures() {
     let launch = [("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"), ("LIBREYOLO_CAPTURE_SOFTWARE", "1")];
     let plan = |sync_bn: &str| {
         let out = run_with_env(
-            &["manifests/yolo9t.toml", "--dry-run", "device=cpu", "cuda_graph=true", sync_bn, "stage.optimizer.capture=true", "stage.ema.capture=true"],
+            &["manifests/yolo9t.toml", "--dry-run", "device=cpu", "cuda_graph=true", sync_bn],
             &launch,
         );
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{stderr}");
         stdout
     };
+    // The loss all-reduces its normaliser, so it stays eager between LibreYOLO's two graphs; the
+    // gradient all-reduce runs eager before the update's graph.
     let stdout = plan("sync_bn=false");
-    assert!(stdout.contains("then the update (BatchNorm statistics, optimizer, EMA) as a third graph; a data-parallel rank's gradient all-reduce runs eager before it"), "{stdout}");
+    assert!(stdout.contains("this build: captures 3 graph(s) per input shape: [forward] loss, backward(loss) [backward(forward)] grad.sync [optimizer, ema]"), "{stdout}");
+    assert!(stdout.contains("note: stage `loss` runs eager: the loss all-reduces its normaliser over the GPUs"), "{stdout}");
+    // With SyncBatchNorm the forward (and so its backward) stays eager too; the update is captured.
     let stdout = plan("sync_bn=true");
-    assert!(stdout.contains("cuda_graph=true ignored (SyncBatchNorm all-reduces inside the forward; with 2 GPUs capture needs `sync_bn=false`)"), "{stdout}");
+    assert!(stdout.contains("note: stage `forward` runs eager: SyncBatchNorm all-reduces inside the forward; with several GPUs capture needs `sync_bn=false`"), "{stdout}");
+    assert!(stdout.contains("this build: captures 1 graph(s) per input shape: [optimizer, ema]"), "{stdout}");
+}
+
+/// The shipped manifests leave the dataset to the command line: training without one says how
+/// to give it, naming the manifest.
+#[test]
+fn training_without_a_dataset_says_how_to_give_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = format!("project={}", dir.path().display());
+    let out = run(&["manifests/yolo9t.toml", "device=cpu", "epochs=1", &project]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no dataset: this manifest leaves `data.dataset` to the command line"), "{stderr}");
+    assert!(stderr.contains("data=path/to/data.yaml"), "{stderr}");
 }

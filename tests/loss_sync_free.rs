@@ -2,7 +2,8 @@
 //! and any read of a computed tensor fails. (Its numbers are checked in yolo9_parity.rs.)
 
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_run::parity::{fixture::{self, Fixture}, yolo9_loss};
+use libreyolo_run::parity::fixture::{self, Fixture};
+use libreyolo_stages::loss::Yolo9Loss;
 
 /// On a capture device nothing executes: a tensor computed there has no value, and reading it
 /// fails. The loss runs to completion on such inputs, so it never reads back.
@@ -21,7 +22,7 @@ fn the_loss_never_reads_back() {
                 shapes.iter().map(|&(h, w)| Tensor::<4>::zeros([2, 144, h, w], &device).add_scalar(0.5)).collect();
             let t = &host_targets;
             let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), &device).add_scalar(0.0);
-            let terms = yolo9_loss(80).compute(&maps, &[8, 16, 32], targets);
+            let terms = Yolo9Loss::libreyolo_default(80).compute(&maps, &[8, 16, 32], targets);
             result = Some(terms.total.dims());
             scope.complete([], [])
         });

@@ -6,9 +6,18 @@ use std::path::{Path, PathBuf};
 use libreyolo_run::dag::StepDag;
 use libreyolo_run::manifest::{self, Diagnostic, LoadedManifest};
 
+fn manifests() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests")
+}
+
+/// The shipped YOLOv9-t manifest as one file: yolo9-base.toml with yolo9t.toml's name, size
+/// and topology written into it (what `extends` merges), so a test can edit any line of it.
 fn shipped_manifest() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/yolo9t.toml");
-    std::fs::read_to_string(path).expect("manifests/yolo9t.toml is readable")
+    let base = std::fs::read_to_string(manifests().join("yolo9-base.toml")).expect("manifests/yolo9-base.toml is readable");
+    let size = std::fs::read_to_string(manifests().join("yolo9t.toml")).expect("manifests/yolo9t.toml is readable");
+    let layers = &size[size.find("layers = [").expect("yolo9t.toml has its layers")..];
+    let base = base.replacen("[run]\n", "[run]\nname = \"yolo9t\"\n", 1);
+    base.replacen("family = \"yolo9\"\n", &format!("family = \"yolo9\"\nsize = \"t\"\n{}\n", layers.trim_end()), 1)
 }
 
 /// Writes `text` as a manifest in a fresh temp dir and returns its path (the dir is leaked so
@@ -151,27 +160,27 @@ fn overrides_apply_with_libreyolo_names() {
         "device=cpu",
         "name=2024",
         "ema=false",
-        "stage.loss.capture=true",
+        "stage.loss.capture=false",
         "data=other.yaml",
     ])
     .unwrap();
     let m = &loaded.manifest;
     assert_eq!((m.run.epochs, m.optim.lr0, m.capture.threshold), (3, 0.02, 5));
-    assert!(m.capture.enabled && !m.ema.enabled);
+    assert!(m.capture.enabled.wanted() && !m.ema.enabled);
     assert_eq!(m.augment.mosaic_prob, 0.5);
     assert_eq!((m.run.imgsz.height(), m.run.imgsz.width()), (480, 640));
     assert_eq!(m.run.name, "2024");
-    assert_eq!(m.data.dataset, PathBuf::from("other.yaml"), "command-line paths stay relative to the shell");
-    assert!(m.stages[2].capture);
-    // forward, loss and backward are now one captured segment.
-    let plan = dag.plan(m.capture.enabled);
+    assert_eq!(m.data.dataset, Some(PathBuf::from("other.yaml")), "command-line paths stay relative to the shell");
+    assert!(!m.stages[2].capture);
+    // The loss no longer in the graph: two captured segments around it.
+    let plan = dag.plan(m.capture.enabled.wanted());
     let captured: Vec<Vec<&str>> = plan
         .segments
         .iter()
         .filter(|s| s.captured)
         .map(|s| s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect())
         .collect();
-    assert_eq!(captured, vec![vec!["forward", "loss", "backward"]]);
+    assert_eq!(captured, vec![vec!["forward"], vec!["backward", "optimizer", "ema"]]);
 }
 
 #[test]
@@ -275,8 +284,10 @@ fn a_manifest_without_stages_is_an_error() {
 
 #[test]
 fn plan_reproduces_libreyolo_contract() {
-    let (loaded, dag) = load(&shipped_manifest(), &["cuda_graph=true"]).unwrap();
-    let plan = dag.plan(loaded.manifest.capture.enabled);
+    // One marking away from the shipped whole step.
+    let contract = ["cuda_graph=true", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"];
+    let (loaded, dag) = load(&shipped_manifest(), &contract).unwrap();
+    let plan = dag.plan(loaded.manifest.capture.enabled.wanted());
     let shape: Vec<(bool, Vec<&str>)> = plan
         .segments
         .iter()
@@ -315,7 +326,7 @@ fn a_network_seam_names_a_layer_before_the_heads() {
     let text = replace(&shipped_manifest(), "kind = \"network.forward\"\n", "kind = \"network.forward\"\nuntil = \"neck.elan_dwn2\"\n");
     let e = error(&text, &[]);
     assert!(e.contains("stage `forward` cuts the network after `neck.elan_dwn2`, but `model.layers` has no layer of that name"), "{e}");
-    assert!(e.contains(&format!(":{}:", line_of(&text, "until = "))), "{e}");
+    assert!(e.contains(&format!(":{}:", line_of(&text, "until = \"neck.elan_dwn2\""))), "{e}");
     assert!(e.contains("did you mean `neck.elan_down2`?"), "{e}");
     let e = error(&shipped_manifest(), &["stage.forward.until=head"]);
     assert!(e.contains("cannot cut the network after `head`: the detection head `head` comes before it"), "{e}");
@@ -325,4 +336,50 @@ fn a_network_seam_names_a_layer_before_the_heads() {
     assert!(e.contains("stage `loss` (kind `loss.yolo9`) takes no `until`"), "{e}");
     let (_, dag) = load(&shipped_manifest(), &["stage.forward.until=neck.elan_down2"]).unwrap();
     assert_eq!(dag.network_seam(), Some("neck.elan_down2"));
+}
+
+#[test]
+fn an_input_of_the_wrong_type_is_named() {
+    let text = replace(&shipped_manifest(), "kind = \"ema\"\ninputs = [\"optimizer.params\"]", "kind = \"ema\"\ninputs = [\"data.images\"]");
+    let out = error(&text, &[]);
+    assert!(out.contains("stage `ema` reads `data.images` as its `params` input, which takes an event, but `data.images` is a tensor"), "{out}");
+    let line = text[..text.find("kind = \"ema\"\ninputs = [\"data.images\"]").unwrap()].lines().count() + 2;
+    assert!(out.contains(&format!(":{line}:")), "{out}");
+}
+
+#[test]
+fn a_key_the_loss_kind_does_not_take_is_an_error_at_its_line() {
+    let text = replace(&shipped_manifest(), "box_gain = 7.5", "box_gian = 7.5");
+    let out = error(&text, &[]);
+    assert!(out.contains("[loss] unknown field `box_gian`"), "{out}");
+    assert!(out.contains(&format!(":{}:", line_of(&text, "box_gian"))), "{out}");
+    // On the command line the loss kind's keys are known too.
+    let out = error(&shipped_manifest(), &["loss.box_gian=5"]);
+    assert!(out.contains("unknown setting `box_gian` in [loss]"), "{out}");
+    assert!(out.contains("did you mean `loss.box_gain`?"), "{out}");
+}
+
+/// A size manifest extends the shared base: the merged manifest is the base's settings and DAG
+/// with the size's topology; an error in a key written only in the base points at the base.
+#[test]
+fn a_size_manifest_extends_the_base_and_errors_point_at_the_file_that_wrote_the_key() {
+    let loaded = manifest::load(&manifests().join("yolo9s.toml"), &[]).unwrap_or_else(|d| panic!("{}", d.render(false)));
+    let m = &loaded.manifest;
+    assert_eq!((m.model.size.as_str(), m.run.name.as_str(), m.optim.lr0, m.stages.len()), ("s", "yolo9s", 0.01, 7));
+    assert!(m.stages.iter().filter(|s| s.capture).count() == 5, "the whole step is marked");
+    // The base's key, wrong, reported in the base file (a copy of it, beside a size manifest).
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(manifests().join("yolo9-base.toml")).unwrap().replace("lr0 = 0.01", "lr0 = \"fast\"");
+    std::fs::write(dir.path().join("yolo9-base.toml"), &base).unwrap();
+    std::fs::copy(manifests().join("yolo9t.toml"), dir.path().join("t.toml")).unwrap();
+    let out = manifest::load(&dir.path().join("t.toml"), &[]).err().expect("a wrong type").render(false);
+    assert!(out.contains("yolo9-base.toml") && out.contains(&format!(":{}:", line_of(&base, "lr0 = \"fast\""))), "{out}");
+    // A missing base and a cycle are named.
+    std::fs::write(dir.path().join("a.toml"), "extends = \"nowhere.toml\"\n").unwrap();
+    let out = manifest::load(&dir.path().join("a.toml"), &[]).err().unwrap().render(false);
+    assert!(out.contains("the base manifest") && out.contains("nowhere.toml` does not exist"), "{out}");
+    std::fs::write(dir.path().join("b.toml"), "extends = \"c.toml\"\n").unwrap();
+    std::fs::write(dir.path().join("c.toml"), "extends = \"b.toml\"\n").unwrap();
+    let out = manifest::load(&dir.path().join("b.toml"), &[]).err().unwrap().render(false);
+    assert!(out.contains("extends a manifest that extends this one"), "{out}");
 }

@@ -14,11 +14,16 @@ fn bin() -> Command {
     c
 }
 
+/// COCO128 beside this checkout (the shipped manifests leave the dataset to the command line).
+fn coco128() -> String {
+    format!("data={}", PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/coco128.yaml").display())
+}
+
 fn small(project: &Path) -> Vec<String> {
     ["imgsz=64", "batch=8", "device=cpu", "workers=2", "cache=ram", "profile.warmup=2", "profile.steps=6"]
         .iter()
         .map(|s| s.to_string())
-        .chain([format!("project={}", project.display())])
+        .chain([format!("project={}", project.display()), coco128()])
         .collect()
 }
 
@@ -90,7 +95,7 @@ fn profile_true_measures_its_window_then_training_continues() {
     let dir = tempfile::tempdir().unwrap();
     // data.fixed_batch: every step trains on the first batch (step time without the loader).
     let mut args: Vec<String> =
-        vec!["manifests/yolo9t.toml".into(), "name=run".into(), "epochs=2".into(), "val=false".into(), "profile=true".into(), "data.fixed_batch=true".into()];
+        vec!["manifests/yolo9t.toml".into(), coco128(), "name=run".into(), "epochs=2".into(), "val=false".into(), "profile=true".into(), "data.fixed_batch=true".into()];
     args.extend(small(dir.path()));
     let out = bin().args(&args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -11,10 +11,16 @@ fn bin() -> Command {
     c
 }
 
+/// COCO128 beside this checkout (the shipped manifests leave the dataset to the command line).
+fn coco128() -> String {
+    format!("data={}", PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/coco128.yaml").display())
+}
+
 /// A small, fast configuration: 64 px, batch 16, validation every epoch.
 fn small(project: &Path, name: &str, epochs: u32) -> Vec<String> {
     vec![
         "manifests/yolo9t.toml".into(),
+        coco128(),
         format!("project={}", project.display()),
         format!("name={name}"),
         format!("epochs={epochs}"),

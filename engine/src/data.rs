@@ -15,10 +15,16 @@ pub enum Split {
     Val,
 }
 
-/// The dataset YAML of the manifest, with errors pointing at `data.dataset`.
+/// The dataset YAML of the manifest, with errors pointing at `data.dataset`; without one, an
+/// error saying how to give it.
 pub fn config(loaded: &LoadedManifest) -> Result<DatasetConfig, Diagnostic> {
-    DatasetConfig::load(&loaded.manifest.data.dataset)
-        .map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
+    let Some(dataset) = &loaded.manifest.data.dataset else {
+        return Err(loaded
+            .source
+            .error_at(&KeyPath::dotted("data"), Part::Key, "no dataset: this manifest leaves `data.dataset` to the command line")
+            .with_help(Some("give a LibreYOLO / Ultralytics dataset YAML: `data=path/to/data.yaml` (e.g. `data=../shared/data/coco128/coco128.yaml` beside this checkout)".into())));
+    };
+    DatasetConfig::load(dataset).map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
 }
 
 /// The number of classes: `model.nc` when set, which must then be the dataset's.

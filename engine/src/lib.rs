@@ -19,4 +19,5 @@ pub mod parity;
 pub mod precompile;
 pub mod predict;
 pub mod profile;
+pub mod step;
 pub mod train;

@@ -89,7 +89,7 @@ pub fn detect<'a>(
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<Det>> {
     let (x, ratio) = preprocess(image, device, cfg);
-    let mut forward = Forward { f: forward.clone(), device, input: x, dtype: cfg.compute };
+    let mut forward = Forward { f: forward.clone(), device: device.clone(), input: x, dtype: cfg.compute };
     let key = forward.key();
     let pred = graphs.run(&key, &mut forward);
     let [_, _, a] = pred.dims();

@@ -188,6 +188,11 @@ impl ParamStore {
         self.tensors_mut_where(|e| e.role.is_trainable())
     }
 
+    /// The tensors of the roles `which` accepts, in state-dict order.
+    pub fn tensors_mut_of(&mut self, which: impl Fn(Role) -> bool) -> Vec<TensorMut<'_>> {
+        self.tensors_mut_where(|e| which(e.role))
+    }
+
     /// The tensors of the entries `keep` accepts, in state-dict order.
     fn tensors_mut_where(&mut self, keep: impl Fn(&Entry) -> bool) -> Vec<TensorMut<'_>> {
         self.entries

@@ -6,7 +6,7 @@ use burn::tensor::{Device, Distribution, Tensor, TensorData, s};
 use rand::{Rng, SeedableRng};
 
 use super::{Timing, time};
-use crate::parity::yolo9_loss;
+use libreyolo_stages::loss::Yolo9Loss;
 
 pub struct LossBench {
     pub batch: usize,
@@ -41,7 +41,7 @@ fn targets(cfg: &LossBench, device: &Device) -> Tensor<3> {
 pub fn run(cfg: &LossBench, device: &Device) -> Vec<Timing> {
     let strides = [8usize, 16, 32];
     let channels = 64 + cfg.nc;
-    let loss = yolo9_loss(cfg.nc);
+    let loss = Yolo9Loss::libreyolo_default(cfg.nc);
     let maps: Vec<Tensor<4>> = strides
         .iter()
         .map(|s| Tensor::random([cfg.batch, channels, cfg.height / s, cfg.width / s], Distribution::Normal(0.0, 1.0), device))

@@ -27,7 +27,7 @@ pub struct ForwardGraph<'a> {
 /// One forward on `input`.
 pub struct Forward<'a> {
     pub f: ForwardFn<'a>,
-    pub device: &'a Device,
+    pub device: Device,
     pub input: Tensor<4>,
     /// The compute dtype, part of the graph's key.
     pub dtype: Option<FloatDType>,
@@ -61,7 +61,7 @@ fn decoded(network: &Network, cx: &Ctx, compute: Option<FloatDType>, x: Tensor<4
 
 impl Forward<'_> {
     pub fn key(&self) -> ShapeKey {
-        ShapeKey { dims: self.input.dims().to_vec(), dtype: format!("{:?}", self.dtype.unwrap_or(FloatDType::F32)) }
+        ShapeKey { dims: self.input.dims().to_vec(), dtype: format!("{:?}", self.dtype.unwrap_or(FloatDType::F32)), others: vec![] }
     }
 }
 
@@ -74,8 +74,8 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
         let input = stable_copy(&self.input);
         let (f, borrowed) = (self.f.clone(), input.clone());
         let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));
-        let graph = burn::tensor::capture(self.device, closure);
-        if !graph.is_hardware() && std::env::var_os(crate::train::segment::SOFTWARE_ENV).is_none() {
+        let graph = burn::tensor::capture(&self.device, closure);
+        if !graph.is_hardware() && std::env::var_os(crate::capture::one_graph::SOFTWARE_ENV).is_none() {
             return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into());
         }
         Ok((ForwardGraph { input, graph }, None))

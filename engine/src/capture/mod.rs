@@ -15,6 +15,7 @@
 //! graphs on CUDA ([`forward`]); the tests inject failures through their own.
 
 pub mod forward;
+pub mod one_graph;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -50,11 +51,13 @@ pub fn refresh<const D: usize>(stable: &RefCell<Tensor<D>>, new: &Tensor<D>, har
     Ok(())
 }
 
-/// What identifies a graph: the input's dims and dtype.
+/// What identifies a graph: the input's dims and dtype (and the dims of its other inputs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct ShapeKey {
     pub dims: Vec<usize>,
     pub dtype: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<Vec<usize>>,
 }
 
 /// How a captured computation is run.
@@ -296,7 +299,7 @@ mod tests {
     }
 
     fn key(b: usize) -> ShapeKey {
-        ShapeKey { dims: vec![b, 3, 640, 640], dtype: "bf16".into() }
+        ShapeKey { dims: vec![b, 3, 640, 640], dtype: "bf16".into(), others: vec![] }
     }
 
     #[test]

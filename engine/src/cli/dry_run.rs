@@ -35,7 +35,7 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         if m.model.aux_weight > 0.0 { ", with the PGI auxiliary branch" } else { "" }
     );
 
-    let plan = dag.plan(m.capture.enabled);
+    let plan = dag.plan(m.capture.enabled.wanted());
     let _ = writeln!(out, "\n## plan\n");
     let _ = writeln!(
         out,
@@ -43,8 +43,8 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         dag.stages.len(),
         plan.segments.len(),
         plan.seams.len(),
-        if m.capture.enabled {
-            format!("on (threshold {}, max_graphs {})", m.capture.threshold, m.capture.max_graphs)
+        if m.capture.enabled.wanted() {
+            format!("{} (threshold {}, max_graphs {})", if m.capture.enabled == crate::manifest::CaptureMode::Auto { "auto" } else { "on" }, m.capture.threshold, m.capture.max_graphs)
         } else {
             "off (capture.enabled=false / cuda_graph=false: every stage runs eager)".to_string()
         }
@@ -96,24 +96,43 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             if values.is_empty() { "(ordering only)".to_string() } else { values.join(", ") }
         );
     }
-    if m.capture.enabled {
-        let launch = crate::distributed::launch().ok().flatten();
-        let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
+    let _ = write!(out, "{}", program_report(loaded, dag, device));
+    out
+}
+
+/// The compiled program of this run: each item, how it runs, and the graphs of its region.
+fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice) -> String {
+    let m = &loaded.manifest;
+    let mut out = String::new();
+    let launch = crate::distributed::launch().ok().flatten();
+    let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
+    let accumulate = crate::train::accumulation(m.optim.nbs, crate::train::nominal_batch(m.run.batch));
+    let opts = crate::train::setup::program_options(loaded, device.backend, world, launch.is_some(), accumulate);
+    let program = crate::step::Program::compile(dag, &opts);
+    let _ = writeln!(out, "\n## program (what this run executes)\n");
+    let graph_of = |s: usize| program.region.as_ref().filter(|r| r.contains(&s) && program.segments[s].graph).map(|r| r.clone().filter(|&x| program.segments[x].graph && x <= s).count());
+    let width = (0..program.items.len()).map(|i| program.item_name(i).len()).max().unwrap_or(0);
+    for (s, seg) in program.segments.iter().enumerate() {
+        for i in seg.items.clone() {
+            let how = match graph_of(s) {
+                Some(g) => format!("graph {g}{}", if program.items[i].forced { " (its part of the forward was captured)" } else { "" }),
+                None => "eager".into(),
+            };
+            let _ = writeln!(out, "  {:>2}. {:width$}  {how}", i + 1, program.item_name(i));
+        }
+    }
+    let _ = writeln!(out, "\nautodiff parts: {} (a backward item per part, last part first)", program.pieces);
+    for note in &program.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    if m.capture.enabled.wanted() {
         let _ = writeln!(
             out,
             "\nthis build: {}",
-            match crate::train::capture_plan::capture_support(loaded, dag, device, world, launch.is_some()) {
-                Ok(crate::train::capture_plan::CaptureSupport::WholeStep) => "captures the whole step (forward, loss, backward, optimizer, EMA) as one graph".to_string(),
-                Ok(crate::train::capture_plan::CaptureSupport::Segment) => "captures forward + loss + backward as one graph; optimizer, EMA and schedule eager".to_string(),
-                Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) if dag.network_seam().is_some() => format!(
-                    "captures the forward and the backward of the layers up to `{}` as two graphs, the layers after it and the loss eager between them; optimizer, EMA and schedule eager",
-                    dag.network_seam().unwrap_or_default()
-                ),
-                Ok(crate::train::capture_plan::CaptureSupport::TwoGraphs) => "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract); optimizer, EMA and schedule eager".to_string(),
-                Ok(crate::train::capture_plan::CaptureSupport::TwoGraphsAndUpdate) => {
-                    "captures the forward and the backward as two graphs with the loss eager between them (LibreYOLO's contract), then the update (BatchNorm statistics, optimizer, EMA) as a third graph; a data-parallel rank's gradient all-reduce runs eager before it; the schedule eager".to_string()
-                }
-                Err(why) => format!("cuda_graph=true ignored ({why}); training runs eager"),
+            match &program.why_eager {
+                Some(why) if m.capture.enabled == crate::manifest::CaptureMode::Auto => format!("cuda_graph=auto: trains eager ({why})"),
+                Some(why) => format!("cuda_graph=true ignored ({why}); training runs eager"),
+                None => format!("captures {} graph(s) per input shape: {}", program.graphs(), program.describe_region()),
             }
         );
     }

@@ -68,7 +68,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(msg) = crate::kernel_cache::check_conv_kernels()
         .and(crate::fusion_search::max_blocks().map(drop))
-        .and(crate::train::one_graph::warmup_runs(0).map(drop)) {
+        .and(crate::capture::one_graph::warmup_runs(0).map(drop)) {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }
@@ -195,12 +195,10 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     };
     match &summary.last {
         Some(r) => println!(
-            "done: {} epoch(s) in {}; last epoch box {:.4} dfl {:.4} cls {:.4}{}",
+            "done: {} epoch(s) in {}; last epoch {}{}",
             summary.epochs_run,
             summary.run_dir.display(),
-            r.box_loss,
-            r.dfl_loss,
-            r.cls_loss,
+            r.losses.iter().map(|(n, v)| format!("{n} {v:.4}")).collect::<Vec<_>>().join(" "),
             summary.best_fitness.map(|b| format!("; best mAP50-95 {b:.4}")).unwrap_or_default()
         ),
         None => println!("no epoch completed; run directory {}", summary.run_dir.display()),

@@ -1,5 +1,6 @@
 //! The step DAG: the manifest's `[[stage]]` tables as a petgraph graph, checked for unknown
-//! kinds, dangling inputs, duplicate names and cycles, in a stable execution order.
+//! kinds, dangling inputs, inputs of the wrong type, duplicate names and cycles, in a stable
+//! execution order. Kinds come from a [`Registry`] (the built-in one, or one a caller extends).
 
 mod plan;
 
@@ -9,7 +10,8 @@ use petgraph::algo::tarjan_scc;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 
-use libreyolo_stages::catalog::{self, KINDS, StageKind};
+use libreyolo_stages::kinds::Registry;
+use libreyolo_stages::stage::{Autodiff, Kind};
 
 use crate::manifest::{Diagnostic, KeyPath, LoadedManifest, Part, did_you_mean, suggestion};
 
@@ -19,6 +21,8 @@ pub use plan::{Plan, Seam, Segment};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ValueRef {
     pub stage: usize,
+    /// The output port's index, and its name.
+    pub port: usize,
     pub output: &'static str,
 }
 
@@ -26,7 +30,7 @@ pub struct ValueRef {
 #[derive(Debug)]
 pub struct Stage {
     pub name: String,
-    pub kind: &'static StageKind,
+    pub kind: &'static Kind,
     pub capture: bool,
     pub inputs: Vec<ValueRef>,
     /// Run events that invalidate the graphs holding this stage ([`RECAPTURE_EVENTS`]).
@@ -55,8 +59,13 @@ impl StepDag {
         self.stages.iter().filter(|s| s.capture && s.recapture_on.iter().any(|e| e == event)).map(|s| s.name.as_str()).collect()
     }
 
-    /// Builds and checks the DAG of a loaded manifest.
+    /// Builds and checks the DAG of a loaded manifest with the built-in stage kinds.
     pub fn build(loaded: &LoadedManifest) -> Result<Self, Diagnostic> {
+        Self::build_with(loaded, &libreyolo_stages::kinds::builtin())
+    }
+
+    /// Builds and checks the DAG of a loaded manifest with the kinds of `registry`.
+    pub fn build_with(loaded: &LoadedManifest, registry: &Registry) -> Result<Self, Diagnostic> {
         let specs = &loaded.manifest.stages;
         let source = &loaded.source;
         if specs.is_empty() {
@@ -77,9 +86,10 @@ impl StepDag {
         }
 
         let mut stages = Vec::with_capacity(specs.len());
+        let mut type_error = None;
         for (i, spec) in specs.iter().enumerate() {
-            let Some(kind) = catalog::kind(&spec.kind) else {
-                let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+            let Some(kind) = registry.get(&spec.kind) else {
+                let names = registry.names();
                 return Err(source
                     .error_at(&KeyPath::stage(i).key("kind"), Part::Value, format!("unknown stage kind `{}` in stage `{}`", spec.kind, spec.name))
                     .with_label("unknown kind")
@@ -92,12 +102,23 @@ impl StepDag {
                         "stage `{}` (kind `{}`) takes {} input(s), got {}",
                         spec.name, kind.name, kind.inputs.len(), spec.inputs.len()
                     ))
-                    .with_label(if kind.inputs.is_empty() { "expected no inputs".to_string() } else { format!("expected [{}]", kind.inputs.join(", ")) }));
+                    .with_label(if kind.inputs.is_empty() { "expected no inputs".to_string() } else { format!("expected [{}]", kind.inputs.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")) }));
             }
             let mut inputs = Vec::new();
             for (j, reference) in spec.inputs.iter().enumerate() {
                 let at = KeyPath::stage(i).key("inputs").index(j);
-                inputs.push(resolve_input(loaded, &by_name, &spec.name, reference, &at)?);
+                let input = resolve_input(loaded, registry, &by_name, &spec.name, reference, &at)?;
+                let (wanted, got) = (kind.inputs[j], registry.get(&specs[input.stage].kind).expect("checked").outputs[input.port]);
+                if wanted.ty != got.ty && type_error.is_none() {
+                    // Reported after the cycle check: a cycle is the more basic mistake.
+                    type_error = Some(source
+                        .error_at(&at, Part::Value, format!(
+                            "stage `{}` reads `{reference}` as its `{}` input, which takes {}, but `{reference}` is {}",
+                            spec.name, wanted.name, wanted.ty.name(), got.ty.name()
+                        ))
+                        .with_label(format!("{} expected", wanted.ty.name())));
+                }
+                inputs.push(input);
             }
             if spec.capture && let Some(why) = kind.not_capturable {
                 return Err(source
@@ -117,7 +138,10 @@ impl StepDag {
                 }
             }
             if let Some(layer) = &spec.until {
-                check_until(loaded, i, kind.name, layer)?;
+                check_until(loaded, i, kind, layer)?;
+            }
+            if let Some(settings) = &kind.settings {
+                check_settings(loaded, settings)?;
             }
             stages.push(Stage {
                 name: spec.name.clone(),
@@ -150,6 +174,9 @@ impl StepDag {
             }
             return Err(d.with_help(Some("a step runs each stage once; break the loop by removing one of these inputs".into())));
         }
+        if let Some(e) = type_error {
+            return Err(e);
+        }
         let order = stable_topological_order(&graph, stages.len());
         Ok(Self { stages, graph, order })
     }
@@ -177,14 +204,26 @@ impl StepDag {
     }
 }
 
+/// Checks the settings section a kind owns (e.g. `[loss]`): an error points at the key.
+fn check_settings(loaded: &LoadedManifest, settings: &libreyolo_stages::stage::Settings) -> Result<(), Diagnostic> {
+    let table = toml::Table::try_from(&loaded.manifest).expect("the manifest serializes");
+    let section = table.get(settings.section).and_then(|v| v.as_table()).cloned().unwrap_or_default();
+    (settings.check)(&section).map_err(|e| {
+        let at = if e.key.is_empty() { KeyPath::root().key(settings.section) } else { KeyPath::dotted(&format!("{}.{}", settings.section, e.key)) };
+        let part = if e.message.contains("unknown field") { Part::Key } else { Part::Value };
+        loaded.source.error_at(&at, part, format!("[{}] {}", settings.section, e.message)).with_help(e.help)
+    })
+}
+
 /// Checks stage `i`'s `until = "LAYER"`: a `network.forward` stage, a layer of
 /// `model.layers` of the main branch, before every detection head, and no layer after it reading
 /// the images (the part after the seam starts from the activations that cross it).
-fn check_until(loaded: &LoadedManifest, i: usize, kind: &str, layer: &str) -> Result<(), Diagnostic> {
+fn check_until(loaded: &LoadedManifest, i: usize, kind: &Kind, layer: &str) -> Result<(), Diagnostic> {
     let source = &loaded.source;
     let at = KeyPath::stage(i).key("until");
     let stage = &loaded.manifest.stages[i].name;
-    if kind != "network.forward" {
+    if kind.autodiff != Autodiff::Forward {
+        let kind = kind.name;
         return Err(source
             .error_at(&at, Part::Key, format!("stage `{stage}` (kind `{kind}`) takes no `until`"))
             .with_label("only `network.forward` stages are cut inside the network"));
@@ -218,6 +257,7 @@ fn check_until(loaded: &LoadedManifest, i: usize, kind: &str, layer: &str) -> Re
 
 fn resolve_input(
     loaded: &LoadedManifest,
+    registry: &Registry,
     by_name: &HashMap<&str, usize>,
     reader: &str,
     reference: &str,
@@ -238,16 +278,17 @@ fn resolve_input(
             .with_label("missing input")
             .with_help(help));
     };
-    let kind = catalog::kind(&loaded.manifest.stages[stage].kind).expect("kinds are checked in manifest order");
-    let output = match output {
-        Some(o) => kind.outputs.iter().copied().find(|k| *k == o).ok_or_else(|| {
+    let kind = registry.get(&loaded.manifest.stages[stage].kind).expect("kinds are checked in manifest order");
+    let names: Vec<&'static str> = kind.outputs.iter().map(|p| p.name).collect();
+    let port = match output {
+        Some(o) => names.iter().position(|k| *k == o).ok_or_else(|| {
             source
                 .error_at(at, Part::Value, format!("stage `{stage_name}` (kind `{}`) has no output `{o}`", kind.name))
-                .with_label(format!("outputs: {}", kind.outputs.join(", ")))
-                .with_help(suggestion(o, kind.outputs.iter().copied()))
+                .with_label(format!("outputs: {}", names.join(", ")))
+                .with_help(suggestion(o, names.iter().copied()))
         })?,
-        None => match kind.outputs {
-            [only] => *only,
+        None => match names.as_slice() {
+            [_] => 0,
             outputs => {
                 return Err(source
                     .error_at(at, Part::Value, format!("`{reference}` is ambiguous: stage `{stage_name}` has several outputs"))
@@ -255,12 +296,13 @@ fn resolve_input(
             }
         },
     };
+    let output = names[port];
     if stage_name == reader {
         return Err(source
             .error_at(at, Part::Value, format!("stage `{reader}` reads its own output `{reference}`"))
             .with_label("a stage cannot be its own input"));
     }
-    Ok(ValueRef { stage, output })
+    Ok(ValueRef { stage, port, output })
 }
 
 /// A cycle as stage indices in order, starting from its first stage in manifest order.

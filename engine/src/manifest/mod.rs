@@ -18,7 +18,7 @@ pub use keypath::{KeyPath, Segment};
 pub use overrides::Override;
 pub use schema::*;
 pub use source::{ManifestSource, Part};
-pub use values::{AmpDtype, CacheMode, DeviceRequest, ImgSize, Optimizer, Scheduler};
+pub use values::{AmpDtype, CacheMode, CaptureMode, DeviceRequest, ImgSize, Optimizer, Scheduler};
 
 /// A manifest that parsed, passed every check, and remembers where each setting came from.
 pub struct LoadedManifest {
@@ -28,15 +28,7 @@ pub struct LoadedManifest {
 
 /// Reads `path`, applies `overrides` (`key=value`), and checks the result.
 pub fn load(path: &Path, overrides: &[String]) -> Result<LoadedManifest, Diagnostic> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostic::new(format!("cannot read manifest `{}`: {e}", path.display()), Location::File {
-            path: path.to_path_buf(),
-        })
-    })?;
-    let mut source = ManifestSource::parse(path, text)?;
-    let mut table: toml::Table = toml::from_str(&source.text).map_err(|e| {
-        source.error_at(&KeyPath::root(), Part::Key, format!("invalid TOML: {}", e.message().trim()))
-    })?;
+    let (mut source, mut table) = read(path, &mut vec![])?;
 
     let stage_names = stage_names(&table);
     for arg in overrides {
@@ -49,6 +41,50 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<LoadedManifest, Diagnos
     validate::settings(&manifest, &source)?;
     resolve_paths(&mut manifest, &source);
     Ok(LoadedManifest { manifest, source })
+}
+
+/// The manifest at `path` as a table, with the manifest it `extends` (a path relative to its
+/// folder) merged under it: its tables merged key by key, anything else (values, arrays,
+/// `[[stage]]`) replaced. `chain`: the files being read, to refuse a cycle.
+fn read(path: &Path, chain: &mut Vec<PathBuf>) -> Result<(ManifestSource, toml::Table), Diagnostic> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostic::new(format!("cannot read manifest `{}`: {e}", path.display()), Location::File {
+            path: path.to_path_buf(),
+        })
+    })?;
+    let mut source = ManifestSource::parse(path, text)?;
+    let mut table: toml::Table = toml::from_str(&source.text).map_err(|e| {
+        source.error_at(&KeyPath::root(), Part::Key, format!("invalid TOML: {}", e.message().trim()))
+    })?;
+    chain.push(normalize(path));
+    let Some(extends) = table.remove("extends") else { return Ok((source, table)) };
+    let at = KeyPath::root().key("extends");
+    let Some(name) = extends.as_str() else {
+        return Err(source.error_at(&at, Part::Value, "`extends` names a manifest file (a string)").with_label("expected a path"));
+    };
+    let base_path = normalize(&path.parent().unwrap_or(Path::new(".")).join(name));
+    if chain.contains(&base_path) {
+        return Err(source.error_at(&at, Part::Value, format!("`{name}` extends a manifest that extends this one")).with_label("a cycle"));
+    }
+    if !base_path.is_file() {
+        return Err(source.error_at(&at, Part::Value, format!("the base manifest `{}` does not exist", base_path.display())).with_label("not found"));
+    }
+    let (base_source, mut merged) = read(&base_path, chain)?;
+    merge(&mut merged, table);
+    source.base = Some(Box::new(base_source));
+    Ok((source, merged))
+}
+
+/// `over` written onto `under`: tables key by key, anything else replaced.
+fn merge(under: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (under.get_mut(&key), value) {
+            (Some(toml::Value::Table(u)), toml::Value::Table(o)) => merge(u, o),
+            (_, value) => {
+                under.insert(key, value);
+            }
+        }
+    }
 }
 
 fn stage_names(table: &toml::Table) -> Vec<String> {
@@ -168,8 +204,10 @@ fn readable_types(message: &str) -> String {
 fn resolve_paths(manifest: &mut Manifest, source: &ManifestSource) {
     let base = source.path.parent().unwrap_or(Path::new("."));
     let from_file = |key: &str| source.override_for(&KeyPath::dotted(key)).is_none();
-    if from_file("data.dataset") {
-        manifest.data.dataset = normalize(&base.join(&manifest.data.dataset));
+    if let Some(dataset) = &manifest.data.dataset
+        && from_file("data.dataset")
+    {
+        manifest.data.dataset = Some(normalize(&base.join(dataset)));
     }
     if let Some(weights) = &manifest.model.weights
         && from_file("model.weights")

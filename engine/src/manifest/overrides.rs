@@ -111,7 +111,7 @@ fn resolve_key(key: &str, stage_names: &[String]) -> Result<KeyPath, (String, Op
         [] => {
             let mut flat: Vec<String> = ALIASES.iter().map(|(a, _)| a.to_string()).collect();
             for s in sections() {
-                flat.extend(section_keys(s).unwrap_or(&[]).iter().map(|f| f.to_string()));
+                flat.extend(section_keys(s).unwrap_or_default().iter().map(|f| f.to_string()));
             }
             let help = did_you_mean(key, flat.iter().map(String::as_str)).map(|f| {
                 match resolve_key(f, stage_names) {

@@ -27,8 +27,10 @@ pub struct Manifest {
     pub ema: EmaSettings,
     #[serde(default)]
     pub augment: AugmentSettings,
+    /// Settings of the loss stage's kind (its own section: `loss.yolo9`'s gains and assigner),
+    /// checked by that kind when the DAG is built.
     #[serde(default)]
-    pub loss: LossSettings,
+    pub loss: toml::Table,
     #[serde(default)]
     pub val: ValSettings,
     #[serde(default)]
@@ -89,8 +91,10 @@ impl Default for RunSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSettings {
-    /// A LibreYOLO / Ultralytics dataset YAML; relative to the manifest's folder.
-    pub dataset: PathBuf,
+    /// A LibreYOLO / Ultralytics dataset YAML, relative to the manifest's folder; the shipped
+    /// manifests leave it to the command line (`data=path/to/data.yaml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<PathBuf>,
     #[serde(default = "defaults::workers")]
     pub workers: usize,
     #[serde(default)]
@@ -249,27 +253,6 @@ impl Default for AugmentSettings {
     }
 }
 
-/// `[loss]`: detection loss gains and the task-aligned assigner.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LossSettings {
-    pub box_gain: f64,
-    pub dfl_gain: f64,
-    pub cls_gain: f64,
-    /// Candidates per ground truth in the task-aligned assigner.
-    pub topk: usize,
-    /// Exponent of the class score in the alignment metric.
-    pub alpha: f64,
-    /// Exponent of the IoU in the alignment metric.
-    pub beta: f64,
-}
-
-impl Default for LossSettings {
-    fn default() -> Self {
-        Self { box_gain: 7.5, dfl_gain: 1.5, cls_gain: 0.5, topk: 10, alpha: 0.5, beta: 6.0 }
-    }
-}
-
 /// `[val]`: validation during and after training.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -301,7 +284,8 @@ impl Default for ValSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CaptureSettings {
-    pub enabled: bool,
+    /// `true`, `false`, or `"auto"` (captured on CUDA, eager elsewhere).
+    pub enabled: super::values::CaptureMode,
     /// A segment is captured once its input shape has been seen this many times.
     pub threshold: u32,
     /// Most graphs kept alive at once (one per input shape and segment).
@@ -310,7 +294,7 @@ pub struct CaptureSettings {
 
 impl Default for CaptureSettings {
     fn default() -> Self {
-        Self { enabled: false, threshold: 3, max_graphs: 1 }
+        Self { enabled: super::values::CaptureMode::Auto, threshold: 3, max_graphs: 1 }
     }
 }
 
@@ -376,8 +360,17 @@ pub fn sections() -> impl Iterator<Item = &'static str> {
 }
 
 /// The keys of a settings section, read from its struct.
-pub fn section_keys(section: &str) -> Option<&'static [&'static str]> {
+pub fn section_keys(section: &str) -> Option<Vec<&'static str>> {
     use super::introspect::fields_of;
+    // A section a stage kind owns: the keys of every built-in kind that reads it.
+    let owned: Vec<&'static str> = libreyolo_stages::kinds::builtin()
+        .kinds()
+        .filter_map(|k| k.settings.filter(|s| s.section == section))
+        .flat_map(|s| s.keys.iter().copied())
+        .collect();
+    if !owned.is_empty() {
+        return Some(owned);
+    }
     Some(match section {
         "run" => fields_of::<RunSettings>(),
         "data" => fields_of::<DataSettings>(),
@@ -387,12 +380,12 @@ pub fn section_keys(section: &str) -> Option<&'static [&'static str]> {
         "schedule" => fields_of::<ScheduleSettings>(),
         "ema" => fields_of::<EmaSettings>(),
         "augment" => fields_of::<AugmentSettings>(),
-        "loss" => fields_of::<LossSettings>(),
         "val" => fields_of::<ValSettings>(),
         "capture" => fields_of::<CaptureSettings>(),
         "profile" => fields_of::<ProfileSettings>(),
         _ => return None,
-    })
+    }
+    .to_vec())
 }
 
 #[cfg(test)]

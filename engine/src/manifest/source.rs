@@ -23,6 +23,8 @@ pub struct ManifestSource {
     pub text: Arc<str>,
     doc: toml_edit::Document<String>,
     pub overrides: Vec<Override>,
+    /// The manifest this one `extends`: a key written only there is reported there.
+    pub base: Option<Box<ManifestSource>>,
 }
 
 impl ManifestSource {
@@ -36,7 +38,7 @@ impl ManifestSource {
                 Location::Source { path: path.to_path_buf(), text: text_arc.clone(), span },
             )
         })?;
-        Ok(Self { path: path.to_path_buf(), text: text_arc, doc, overrides: vec![] })
+        Ok(Self { path: path.to_path_buf(), text: text_arc, doc, overrides: vec![], base: None })
     }
 
     pub fn document(&self) -> &toml_edit::Document<String> {
@@ -49,7 +51,8 @@ impl ManifestSource {
     }
 
     /// An error about the setting at `path`: points at the command-line argument that set it,
-    /// else at its line in the file, else at the nearest enclosing table, else at the file.
+    /// else at its line in the file, else at its line in the base manifest, else at the nearest
+    /// enclosing table, else at the file.
     pub fn error_at(&self, path: &KeyPath, part: Part, title: impl Into<String>) -> Diagnostic {
         if let Some(o) = self.override_for(path) {
             let span = match part {
@@ -58,6 +61,11 @@ impl ManifestSource {
             };
             return Diagnostic::new(title, Location::CommandLine { arg: o.arg.clone(), span });
         }
+        if locate(self.doc.as_table(), &path.0, part).is_none()
+            && let Some(base) = self.base.as_ref().filter(|b| b.writes(path))
+        {
+            return base.error_at(path, part, title);
+        }
         match self.span_of(path, part) {
             Some(span) => Diagnostic::new(
                 title,
@@ -65,6 +73,11 @@ impl ManifestSource {
             ),
             None => Diagnostic::new(title, Location::File { path: self.path.clone() }),
         }
+    }
+
+    /// Whether `path` is written in this file or a base of it.
+    fn writes(&self, path: &KeyPath) -> bool {
+        locate(self.doc.as_table(), &path.0, Part::Key).is_some() || self.base.as_ref().is_some_and(|b| b.writes(path))
     }
 
     /// The span of `path` in the file, or of its nearest ancestor that is written there.

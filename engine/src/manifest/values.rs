@@ -200,3 +200,54 @@ pub enum Scheduler {
     #[serde(alias = "warmcos")]
     Cos,
 }
+
+/// `capture.enabled` (`cuda_graph=`), as LibreYOLO reads `cuda_graph`: `true`, `false`, or
+/// `"auto"` — captured where the device records CUDA graphs, eager elsewhere without a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CaptureMode {
+    Off,
+    On,
+    #[default]
+    Auto,
+}
+
+impl CaptureMode {
+    /// Capture is asked for (on, or automatically).
+    pub fn wanted(self) -> bool {
+        self != CaptureMode::Off
+    }
+}
+
+impl Serialize for CaptureMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CaptureMode::Off => s.serialize_bool(false),
+            CaptureMode::On => s.serialize_bool(true),
+            CaptureMode::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CaptureMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = CaptureMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<CaptureMode, E> {
+                Ok(if v { CaptureMode::On } else { CaptureMode::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CaptureMode, E> {
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "auto" => Ok(CaptureMode::Auto),
+                    "true" | "on" | "1" => Ok(CaptureMode::On),
+                    "false" | "off" | "0" => Ok(CaptureMode::Off),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}

@@ -10,7 +10,6 @@ use std::path::Path;
 use burn::tensor::{Device, Tensor, TensorData};
 use libreyolo_families::{Ctx, Network, ParamStore, Value};
 use libreyolo_stages::loss::Yolo9Loss;
-use libreyolo_stages::loss::assigner::AssignerConfig;
 use serde::Serialize;
 
 use fixture::{Fixture, max_abs_diff, read, select_rows};
@@ -55,9 +54,8 @@ pub struct LossParity {
     pub target_cls_mismatches: usize,
     pub target_score_max_abs: f64,
     pub total_rel: f64,
-    pub box_rel: f64,
-    pub dfl_rel: f64,
-    pub cls_rel: f64,
+    /// `(term, relative error)` of each named loss term against the fixture's `loss_{term}`.
+    pub terms_rel: Vec<(String, f64)>,
     pub num_fg_rel: f64,
     pub cls_norm_rel: f64,
     /// `(parameter, max |diff| / max |expected|)` for every `grad.*` of the fixture.
@@ -78,7 +76,8 @@ impl ParityReport {
         use tolerance::*;
         let n = &self.network;
         let l = &self.loss;
-        let checks = [
+        let terms = l.terms_rel.iter().map(|(name, v)| (format!("loss_{name}"), *v, LOSS));
+        let checks: Vec<(String, f64, f64)> = [
             ("eval maps", n.eval_maps_max_abs, MAPS),
             ("eval map sums", n.eval_sums_max_abs_per_value, MAPS),
             ("eval_pred boxes", n.eval_pred_boxes_max_abs_px, BOXES),
@@ -88,13 +87,14 @@ impl ParityReport {
             ("BN running stats", n.bn_running_stats_max_rel, BN_STATS),
             ("TAL target score", l.target_score_max_abs, TAL_SCORE),
             ("loss_total", l.total_rel, LOSS),
-            ("loss_box", l.box_rel, LOSS),
-            ("loss_dfl", l.dfl_rel, LOSS),
-            ("loss_cls", l.cls_rel, LOSS),
             ("num_fg", l.num_fg_rel, LOSS),
             ("cls_norm", l.cls_norm_rel, LOSS),
             ("gradients", l.grads_max_rel, GRADS),
-        ];
+        ]
+        .into_iter()
+        .map(|(name, v, tol)| (name.to_string(), v, tol))
+        .chain(terms)
+        .collect();
         let mut out: Vec<String> = checks
             .iter()
             .filter(|(_, v, tol)| !(v <= tol))
@@ -116,18 +116,6 @@ impl ParityReport {
             out.push(format!("positives: {} vs {}", l.positives, l.expected_positives));
         }
         out
-    }
-}
-
-/// The YOLOv9 loss with LibreYOLO's settings for `nc` classes.
-pub fn yolo9_loss(nc: usize) -> Yolo9Loss {
-    Yolo9Loss {
-        nc,
-        reg_max: 16,
-        box_gain: 7.5,
-        dfl_gain: 1.5,
-        cls_gain: 0.5,
-        assigner: AssignerConfig { topk: 10, alpha: 0.5, beta: 6.0, reg_max: 16 },
     }
 }
 
@@ -237,7 +225,7 @@ fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &De
     // On another device the maps become leaves there, detached from the network's graph.
     let leaves: Option<Vec<Tensor<4>>> =
         loss_device.map(|d| maps.iter().map(|m| Tensor::<4>::from_data(m.to_data(), d).autodiff().require_grad()).collect());
-    let terms = yolo9_loss(network.head().nc).compute(leaves.as_ref().unwrap_or(&maps), &network.head().strides, targets);
+    let terms = Yolo9Loss::libreyolo_default(network.head().nc).compute(leaves.as_ref().unwrap_or(&maps), &network.head().strides, targets);
 
     let (_, positive) = read(&terms.assignment.positive);
     let (_, gt_index) = read(&terms.assignment.gt_index.clone().float());
@@ -300,9 +288,7 @@ fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &De
         target_cls_mismatches: cls_mis,
         target_score_max_abs: score_err,
         total_rel: rel(&terms.total, io.get("loss_total").scalar()),
-        box_rel: rel(&terms.box_loss, io.get("loss_box").scalar()),
-        dfl_rel: rel(&terms.dfl_loss, io.get("loss_dfl").scalar()),
-        cls_rel: rel(&terms.cls_loss, io.get("loss_cls").scalar()),
+        terms_rel: terms.named().parts.iter().map(|(name, t)| (name.to_string(), rel(t, io.get(&format!("loss_{name}")).scalar()))).collect(),
         num_fg_rel: rel(&terms.num_fg, io.get("num_fg").scalar()),
         cls_norm_rel: rel(&terms.cls_norm, io.get("cls_norm").scalar()),
         grads_max_rel: grad_errors.iter().map(|g| g.1).fold(0.0, f64::max),

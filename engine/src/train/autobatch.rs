@@ -8,12 +8,19 @@
 //! returned between steps, so this is the step's peak); LibreYOLO reads PyTorch's peak of live
 //! tensors, which is smaller: our answer errs towards the smaller batch.
 
-use burn::tensor::{Device, Tensor};
+use std::rc::Rc;
 
+use burn::tensor::Device;
+use libreyolo_stages::data::Batch;
+use libreyolo_stages::kinds::data_yolo::BATCH_SLOT;
+use libreyolo_stages::stage::{Alone, Board, Part, StepInfo, Value};
+
+use crate::dag::StepDag;
 use crate::manifest::LoadedManifest;
+use crate::step::exec::Tapes;
+use crate::step::{Core, Options, Program};
 
 use super::precision::Precision;
-use super::step::{ForwardSpec, backward, forward, loss};
 
 /// The share of the card's memory aimed at (LibreYOLO's code uses 0.60; its docs say 70%).
 pub const FRACTION: f64 = 0.60;
@@ -88,26 +95,35 @@ pub fn total_gib(ordinal: usize) -> anyhow::Result<f64> {
 /// Probes one training step at each of [`probe_batches`] on `device` (a fresh model of the
 /// manifest; black images without labels, as LibreYOLO's zeros), returning `(batch, GiB
 /// reserved)`; it stops at the first batch above 90% of `total_gib`.
-pub fn probe(loaded: &LoadedManifest, nc: usize, device: &Device, precision: &Precision, total_gib: f64) -> anyhow::Result<Vec<(usize, f64)>> {
+pub fn probe(loaded: &LoadedManifest, dag: &StepDag, nc: usize, device: &Device, precision: &Precision, total_gib: f64) -> anyhow::Result<Vec<(usize, f64)>> {
     let m = &loaded.manifest;
-    let with_aux = m.model.aux_weight > 0.0;
-    let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
-    params.to_device(device);
-    let loss_spec = super::yolo9_loss(m, nc, &network);
-    let strides = network.head().strides.clone();
-    let spec = ForwardSpec { compute: precision.compute, with_aux, replicas: vec![], sync_bn: false };
-    let [h, w] = [m.run.imgsz.height() as usize, m.run.imgsz.width() as usize];
+    let model = super::setup::model(loaded, nc, device)?;
+    let update = super::setup::update(loaded, &model, device, 1, 1);
+    let stages = super::setup::stages(loaded, dag, &model, &update, &Precision { compute: precision.compute, scaler: None }, Rc::new(Alone), device)?;
+    let core = Core::new(Program::compile(dag, &Options::eager()), dag, stages, device.clone(), precision.compute, false);
+    // The step up to its last backward part: data upload, forward, loss, backward.
+    let items = &core.program.items;
+    let end = items.iter().rposition(|i| matches!(i.part, Part::Backward { .. })).map_or(items.len(), |i| i + 1);
+    let [h, w] = [m.run.imgsz.height(), m.run.imgsz.width()];
     let max_probe = m.optim.nbs.map(|n| n as usize).filter(|&n| n > 0).unwrap_or(MAX_PROBE);
     let mut points = vec![];
     for b in probe_batches(max_probe) {
         device.memory_cleanup();
-        let images = Tensor::<4>::zeros([b, 3, h, w], device);
-        // One padding row a image: class -1 is "no object" (data.max_labels pads the same way).
-        let targets = Tensor::<3>::full([b, 1, 5], -1.0, device);
-        let (cx, maps) = forward(&network, &params, &spec, images);
-        let terms = loss(&loss_spec, m.model.aux_weight, &strides, maps, targets, None);
-        let grads = backward(&terms.total, 1.0, None, &cx);
-        drop((grads, terms, cx));
+        // Black images; one padding row an image: class -1 is "no object" (as LibreYOLO's zeros).
+        let batch = Batch {
+            images: vec![0; b * 3 * (h * w) as usize],
+            targets: [-1.0, 0.0, 0.0, 0.0, 0.0].repeat(b),
+            size: b,
+            height: h,
+            width: w,
+            max_labels: 1,
+            indices: (0..b).collect(),
+            truncated_labels: 0,
+        };
+        let mut board = Board::new(core.program.slots);
+        board.put(BATCH_SLOT, Value::Batch(Rc::new(batch)));
+        core.run_items(0..end, &mut board, &Tapes::new(core.program.pieces), false, false, StepInfo { iteration: 0, last_micro: true })?;
+        drop(board);
         device.sync().map_err(|e| anyhow::anyhow!("AutoBatch probe at batch {b}: {e:?}"))?;
         let Some(usage) = device.memory_pool_usage() else {
             anyhow::bail!("AutoBatch: this device does not report its memory");

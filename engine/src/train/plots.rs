@@ -64,11 +64,13 @@ fn line_plot(path: &Path, title: &str, series: &[(&str, Vec<(f64, f64)>)]) -> an
 /// `losses.png` and `map.png` in `dir`.
 pub fn draw(dir: &Path, records: &[EpochRecord]) -> anyhow::Result<()> {
     let pts = |f: &dyn Fn(&EpochRecord) -> f64| records.iter().map(|r| (r.epoch as f64 + 1.0, f(r))).collect::<Vec<_>>();
-    line_plot(&dir.join("losses.png"), "training losses", &[
-        ("box", pts(&|r| r.box_loss)),
-        ("dfl", pts(&|r| r.dfl_loss)),
-        ("cls", pts(&|r| r.cls_loss)),
-    ])?;
+    let names: Vec<String> = records.last().map(|r| r.losses.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
+    let series: Vec<(&str, Vec<(f64, f64)>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.as_str(), pts(&|r: &EpochRecord| r.losses.get(i).map_or(f64::NAN, |(_, v)| *v))))
+        .collect();
+    line_plot(&dir.join("losses.png"), "training losses", &series)?;
     let validated: Vec<&EpochRecord> = records.iter().filter(|r| r.map.is_some()).collect();
     let mpts = |i: usize| validated.iter().map(|r| (r.epoch as f64 + 1.0, r.map.unwrap()[i])).collect::<Vec<_>>();
     line_plot(&dir.join("map.png"), "validation mAP (EMA weights)", &[("mAP50-95", mpts(0)), ("mAP50", mpts(1))])?;

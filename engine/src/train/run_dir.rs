@@ -20,9 +20,8 @@ pub struct RunDir {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, Default)]
 pub struct EpochRecord {
     pub epoch: usize,
-    pub box_loss: f64,
-    pub dfl_loss: f64,
-    pub cls_loss: f64,
+    /// The mean of each named loss term over the epoch's steps, in the loss's order.
+    pub losses: Vec<(String, f64)>,
     pub lr: f64,
     pub images_per_s: f64,
     pub seconds: f64,
@@ -32,13 +31,12 @@ pub struct EpochRecord {
 }
 
 /// One training step's figures (a row of `steps.csv`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct StepRecord {
     /// Optimizer steps taken so far, this one included.
     pub iteration: usize,
-    pub box_loss: f64,
-    pub dfl_loss: f64,
-    pub cls_loss: f64,
+    /// The loss terms, in the loss's order (their names are the epoch's).
+    pub losses: Vec<f64>,
     pub lr: f64,
 }
 
@@ -103,13 +101,21 @@ impl RunDir {
         let new = !csv.exists();
         let mut f = OpenOptions::new().create(true).append(true).open(&csv)?;
         if new {
-            let mut header = "epoch,train/box_loss,train/dfl_loss,train/cls_loss,lr,images_per_s,seconds".to_string();
+            let mut header = "epoch".to_string();
+            for (name, _) in &r.losses {
+                header.push_str(&format!(",train/{name}_loss"));
+            }
+            header.push_str(",lr,images_per_s,seconds");
             for name in libreyolo_stages::val::coco::STAT_NAMES {
                 header.push_str(&format!(",metrics/{name}"));
             }
             writeln!(f, "{header}")?;
         }
-        let mut row = format!("{},{:.6},{:.6},{:.6},{:.8},{:.2},{:.2}", r.epoch, r.box_loss, r.dfl_loss, r.cls_loss, r.lr, r.images_per_s, r.seconds);
+        let mut row = r.epoch.to_string();
+        for (_, v) in &r.losses {
+            row.push_str(&format!(",{v:.6}"));
+        }
+        row.push_str(&format!(",{:.8},{:.2},{:.2}", r.lr, r.images_per_s, r.seconds));
         for v in r.map.unwrap_or([f64::NAN; 12]) {
             if v.is_nan() { row.push(',') } else { row.push_str(&format!(",{v:.6}")) }
         }
@@ -123,15 +129,18 @@ impl RunDir {
 
     /// Appends the steps of an epoch to `steps.csv`: each optimizer step's loss terms (the whole
     /// batch's, every GPU's together) and learning rate, for loss curves finer than an epoch.
-    pub fn record_steps(&self, epoch: usize, steps: &[StepRecord]) -> anyhow::Result<()> {
+    /// `names`: the loss terms' names.
+    pub fn record_steps(&self, epoch: usize, names: &[&str], steps: &[StepRecord]) -> anyhow::Result<()> {
         let path = self.path.join("steps.csv");
         let new = !path.exists();
         let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
         if new {
-            writeln!(f, "epoch,step,iteration,box_loss,dfl_loss,cls_loss,lr")?;
+            let columns: Vec<String> = names.iter().map(|n| format!("{n}_loss")).collect();
+            writeln!(f, "epoch,step,iteration,{},lr", columns.join(","))?;
         }
         for (i, r) in steps.iter().enumerate() {
-            writeln!(f, "{epoch},{i},{},{:.6},{:.6},{:.6},{:.8}", r.iteration, r.box_loss, r.dfl_loss, r.cls_loss, r.lr)?;
+            let losses: Vec<String> = r.losses.iter().map(|v| format!("{v:.6}")).collect();
+            writeln!(f, "{epoch},{i},{},{},{:.8}", r.iteration, losses.join(","), r.lr)?;
         }
         f.sync_all()?;
         Ok(())
@@ -152,7 +161,7 @@ mod tests {
     use super::*;
 
     fn epoch(epoch: usize) -> EpochRecord {
-        EpochRecord { epoch, box_loss: 1.0, ..Default::default() }
+        EpochRecord { epoch, losses: vec![("box".into(), 1.0)], ..Default::default() }
     }
 
     /// `exist_ok` reuses the directory but not the previous run's records; resuming keeps them.
@@ -162,7 +171,7 @@ mod tests {
         let first = RunDir::create(project.path(), "run", true, false).unwrap();
         first.record(&epoch(0)).unwrap();
         first.record(&epoch(1)).unwrap();
-        first.record_steps(1, &[StepRecord::default()]).unwrap();
+        first.record_steps(1, &["box"], &[StepRecord::default()]).unwrap();
         std::fs::write(first.weights("last"), b"weights").unwrap();
 
         let resumed = RunDir::create(project.path(), "run", true, true).unwrap();

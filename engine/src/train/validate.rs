@@ -10,7 +10,7 @@ use libreyolo_stages::data::{Dataset, Loader};
 use libreyolo_stages::val::coco::{self, Detection};
 use libreyolo_stages::val::nms::{self, NmsConfig};
 
-use super::step::upload;
+use libreyolo_stages::kinds::data_yolo::upload;
 
 /// The manifest's validation NMS (`val.conf`, `val.iou`, `val.max_det`, `val.max_candidates`).
 pub fn nms_config(val: &crate::manifest::ValSettings) -> NmsConfig {

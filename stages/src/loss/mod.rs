@@ -7,4 +7,4 @@ pub mod assigner;
 pub mod ciou;
 pub mod yolo9;
 
-pub use yolo9::{LossTerms, Yolo9Loss};
+pub use yolo9::{Yolo9Loss, Yolo9Settings, Yolo9Terms};

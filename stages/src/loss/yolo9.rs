@@ -29,9 +29,54 @@ pub struct Yolo9Loss {
     pub assigner: AssignerConfig,
 }
 
+/// The `[loss]` section of a YOLOv9 manifest: LibreYOLO's gains and assigner settings.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Yolo9Settings {
+    pub box_gain: f64,
+    pub dfl_gain: f64,
+    pub cls_gain: f64,
+    /// Candidates per ground truth in the task-aligned assigner.
+    pub topk: usize,
+    /// Exponent of the class score in the alignment metric.
+    pub alpha: f64,
+    /// Exponent of the IoU in the alignment metric.
+    pub beta: f64,
+}
+
+impl Default for Yolo9Settings {
+    /// LibreYOLO 1.6's `YOLO9Config`.
+    fn default() -> Self {
+        Self { box_gain: 7.5, dfl_gain: 1.5, cls_gain: 0.5, topk: 10, alpha: 0.5, beta: 6.0 }
+    }
+}
+
+impl Yolo9Loss {
+    /// The loss of `settings` for `nc` classes and a head with `reg_max` bins a side.
+    pub fn new(settings: Yolo9Settings, nc: usize, reg_max: usize) -> Self {
+        let Yolo9Settings { box_gain, dfl_gain, cls_gain, topk, alpha, beta } = settings;
+        Self { nc, reg_max, box_gain, dfl_gain, cls_gain, assigner: AssignerConfig { topk, alpha, beta, reg_max } }
+    }
+
+    /// LibreYOLO 1.6's loss for `nc` classes (`reg_max` 16): what its parity fixtures were made with.
+    pub fn libreyolo_default(nc: usize) -> Self {
+        Self::new(Yolo9Settings::default(), nc, 16)
+    }
+}
+
+impl Yolo9Terms {
+    /// The weighted parts under LibreYOLO's names (`box_loss`, `dfl_loss`, `cls_loss`).
+    pub fn named(&self) -> crate::stage::LossTerms {
+        crate::stage::LossTerms {
+            total: self.total.clone(),
+            parts: vec![("box", self.box_loss.clone()), ("dfl", self.dfl_loss.clone()), ("cls", self.cls_loss.clone())],
+        }
+    }
+}
+
 /// The loss and its parts, all on the device (0-dim values as shape `[1]`).
 #[derive(Debug, Clone)]
-pub struct LossTerms {
+pub struct Yolo9Terms {
     pub total: Tensor<1>,
     /// Weighted terms (`box_gain * box`, ...), LibreYOLO's `box_loss` / `dfl_loss` / `cls_loss`.
     pub box_loss: Tensor<1>,
@@ -47,7 +92,7 @@ pub struct LossTerms {
 impl Yolo9Loss {
     /// `maps`: raw head maps `(B, 4*reg_max + nc, H_i, W_i)` at `strides`; `targets`:
     /// `(B, M, 5)` rows `[cls, x1, y1, x2, y2]` normalised to [0, 1], padding rows with class -1.
-    pub fn compute(&self, maps: &[Tensor<4>], strides: &[usize], targets: Tensor<3>) -> LossTerms {
+    pub fn compute(&self, maps: &[Tensor<4>], strides: &[usize], targets: Tensor<3>) -> Yolo9Terms {
         self.compute_over(maps, strides, targets, None)
     }
 
@@ -55,7 +100,7 @@ impl Yolo9Loss {
     /// normaliser is LibreYOLO's under DDP, the global sum of soft targets (clamped to 1) over
     /// the number of replicas, so that averaging the replicas' gradients gives the gradient of
     /// the whole batch's loss.
-    pub fn compute_over(&self, maps: &[Tensor<4>], strides: &[usize], targets: Tensor<3>, group: Option<&[Device]>) -> LossTerms {
+    pub fn compute_over(&self, maps: &[Tensor<4>], strides: &[usize], targets: Tensor<3>, group: Option<&[Device]>) -> Yolo9Terms {
         let device = maps[0].device();
         let b = maps[0].dims()[0];
         let sizes: Vec<(usize, usize)> = maps.iter().map(|m| (m.dims()[2], m.dims()[3])).collect();
@@ -134,6 +179,6 @@ impl Yolo9Loss {
         let cls_loss = cls_loss.mul_scalar(self.cls_gain);
         let total = box_loss.clone().add(dfl_loss.clone()).add(cls_loss.clone());
         let num_fg = positive.sum().div_scalar(b as f64);
-        LossTerms { total, box_loss, dfl_loss, cls_loss, num_fg, cls_norm, assignment }
+        Yolo9Terms { total, box_loss, dfl_loss, cls_loss, num_fg, cls_norm, assignment }
     }
 }

@@ -1,0 +1,50 @@
+//! How many warm-up runs a capture makes before its window (the check's eager references).
+//!
+//! The warm-up builds burn-fusion's fused kernels and grows the pools for the window: on a
+//! shape's first run (threshold 1) that takes two runs, the first being burn-fusion's search;
+//! after eager runs of the shape (LibreYOLO's threshold 3) one run does, and it is the check's
+//! only reference (the H200, YOLOv9-t b16: docs/history/2026-12.md). A window that still needs an
+//! allocation is refused by our cubecl-cuda: the capture then runs the step once more and
+//! opens a second window ([`crate::step::record`]).
+
+/// Environment variable: warm-up runs before the window (at least 1; by default
+/// [`default_warmup_runs`]), for A/B measurements of the capture's cost.
+pub const WARMUP_ENV: &str = "LIBREYOLO_CAPTURE_WARMUP_RUNS";
+
+/// Environment variable: accept burn's software graphs (replay re-runs the recorded items) on a
+/// backend without hardware graphs, to exercise the capture path on the CPU (tests).
+pub const SOFTWARE_ENV: &str = "LIBREYOLO_CAPTURE_SOFTWARE";
+
+/// Warm-up runs before the capture window of a shape that ran eager `prior_runs` times: two on
+/// its first run (burn-fusion searches on the first, so its kernels and allocations are not yet
+/// the window's), one after eager runs of the same computation.
+pub fn default_warmup_runs(prior_runs: u32) -> usize {
+    if prior_runs == 0 { 2 } else { 1 }
+}
+
+/// The warm-up runs before the window of a shape that ran eager `prior_runs` times:
+/// [`WARMUP_ENV`] (checked at start-up), else [`default_warmup_runs`].
+pub fn warmup_runs(prior_runs: u32) -> Result<usize, String> {
+    parse_warmup_runs(std::env::var(WARMUP_ENV).ok().as_deref(), prior_runs)
+}
+
+fn parse_warmup_runs(value: Option<&str>, prior_runs: u32) -> Result<usize, String> {
+    let Some(value) = value else { return Ok(default_warmup_runs(prior_runs)) };
+    value.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| format!("{WARMUP_ENV}={value:?}: expected a whole number of runs, at least 1 (the capture check's eager reference)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_warm_up_runs_on_a_first_run_one_after_eager_runs_or_as_told() {
+        assert_eq!([parse_warmup_runs(None, 0), parse_warmup_runs(None, 2)], [Ok(2), Ok(1)]);
+        assert_eq!(parse_warmup_runs(Some(" 3"), 0), Ok(3));
+        assert_eq!(parse_warmup_runs(Some("1"), 0), Ok(1));
+        for bad in ["0", "two", ""] {
+            let err = parse_warmup_runs(Some(bad), 2).unwrap_err();
+            assert!(err.contains(WARMUP_ENV) && err.contains("at least 1"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Capturing a step's region: its graphs recorded, checked once against eager, and replayed.
+//!
+//! A region is a run of segments from the program's first graph to its last, eager items
+//! between (e.g. LibreYOLO's contract: a forward graph, the eager loss and its backward, a
+//! backward graph). Its capture:
+//!
+//! 1. warm-up runs of the whole region from the same state (each measured for the check, its
+//!    effects undone), the device drained where each segment ends, as the windows drain it, so
+//!    burn-fusion builds the kernels the windows record and the pools reach their steady size:
+//!    two on a shape's first run (burn-fusion searches on the first), one after eager runs of
+//!    it ([`crate::capture::one_graph`]);
+//! 2. one pass through the region with a capture window around each graph, its eager items run
+//!    between them on the capture run's outputs (their values are not computed yet: only their
+//!    buffers matter), and before each window after the first one more eager run of the
+//!    region, whose temporaries grow the pools outside a window (a recorded graph reserves its
+//!    pages). A window the backend refuses (it would allocate) is tried once more after another
+//!    warm-up run;
+//! 3. the state put back, and one replay from it on the capturing batch checked against the
+//!    warm-up runs ([`agree`]); that replay stands as the step's result.
+//!
+//! A graph reads stable buffers: those the region reads from before it are copied once and
+//! refreshed in place before each replay, and so are values its eager items make for a later
+//! graph; a value an earlier graph wrote is read where that graph writes it. Without hardware
+//! graphs (the CPU, `LIBREYOLO_CAPTURE_SOFTWARE`) a replay runs each graph's items on its
+//! stable buffers: the same plumbing, checked by the tests against eager.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::rc::Rc;
+
+use burn::backend::{Backend, BackendGraph, Dispatch};
+use burn::tensor::Tensor;
+use libreyolo_families::params::TensorMut;
+use libreyolo_stages::kinds::optimizer::{Saved, save_one, write_saved};
+use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StepInfo, Value};
+
+use super::exec::{Core, Mode, Tapes};
+use crate::capture::{GraphOps, one_graph};
+
+/// A recorded graph segment of the region.
+struct Recorded {
+    segment: usize,
+    /// The hardware graph, or `None` (software: replays run the items).
+    graph: Option<BackendGraph<Dispatch>>,
+    /// Stable copies of the values an eager item of the region makes for it, refreshed in place.
+    stable: Vec<(Slot, Value)>,
+    /// The capture run's outputs: the buffers every hardware replay rewrites.
+    outputs: Vec<(Slot, Value)>,
+}
+
+/// The region's graphs and the stable buffers they read.
+pub struct RegionGraphs {
+    /// Stable copies of what the region reads from before it.
+    entry: Vec<(Slot, Value)>,
+    recorded: Vec<Recorded>,
+}
+
+impl RegionGraphs {
+    fn is_hardware(&self) -> bool {
+        self.recorded.iter().all(|r| r.graph.is_some())
+    }
+}
+
+/// One run of the region on this step's values.
+pub struct RegionOps<'a> {
+    pub core: &'a Core,
+    /// The step's values on entering the region.
+    pub board: Board,
+    pub entry: &'a [Slot],
+    pub step: StepInfo,
+}
+
+/// A state tensor as saved.
+pub fn snapshot(stages: &[Rc<dyn Stage>]) -> Vec<Saved> {
+    let mut out = vec![];
+    for s in stages {
+        s.state(&mut |t| out.push(save_one(t)));
+    }
+    out
+}
+
+/// Copies `saved` back into the same buffers, in place.
+pub fn restore(stages: &[Rc<dyn Stage>], saved: &[Saved]) {
+    let mut it = saved.iter();
+    for s in stages {
+        s.state(&mut |t| write_saved(t, it.next().expect("restored in the order saved"), None));
+    }
+}
+
+/// How far the state moved from `saved`: the sum of squares of the differences, on the device.
+fn moved(stages: &[Rc<dyn Stage>], saved: &[Saved]) -> Option<Tensor<1>> {
+    let mut it = saved.iter();
+    let mut sums: Vec<Tensor<1>> = vec![];
+    for s in stages {
+        s.state(&mut |t| {
+            let d = match (t, it.next().expect("compared in the order saved")) {
+                (TensorMut::Rank4(now), Saved::Rank4(was)) => now.clone().sub(was.clone()).square().sum(),
+                (TensorMut::Rank1(now), Saved::Rank1(was)) => now.clone().sub(was.clone()).square().sum(),
+                _ => unreachable!("saved in the same order"),
+            };
+            sums.push(d);
+        });
+    }
+    sums.into_iter().reduce(|a, b| a.add(b))
+}
+
+/// The first value of `t` on the host (NaN if it cannot be read).
+fn read_scalar(t: Tensor<1>) -> f64 {
+    t.into_data().convert::<f64>().try_to_vec::<f64>().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
+}
+
+/// Stable copies of `board`'s values at `slots`: fresh buffers a graph reads in place.
+fn stable_copies(board: &Board, slots: &[Slot]) -> Vec<(Slot, Value)> {
+    slots
+        .iter()
+        .filter_map(|&s| board.get(s).map(|v| (s, v.with_tensors(v.tensors().iter().map(AnyTensor::fresh_copy).collect()))))
+        .collect()
+}
+
+/// Writes the step's values into stable buffers, in place.
+fn refresh(stable: &mut [(Slot, Value)], board: &Board, hardware: bool) -> Result<(), String> {
+    for (slot, value) in stable.iter_mut() {
+        let new = board.get(*slot).ok_or("a graph's input has no value this step")?.tensors();
+        let mut tensors = value.tensors();
+        if tensors.len() != new.len() {
+            return Err("a graph's input changed its number of tensors".into());
+        }
+        for (t, n) in tensors.iter_mut().zip(&new) {
+            if t.dims() != n.dims() {
+                return Err(format!("a graph's input changed shape ({:?} -> {:?})", t.dims(), n.dims()));
+            }
+            t.refresh(n, hardware)?;
+        }
+        *value = value.with_tensors(tensors);
+    }
+    Ok(())
+}
+
+fn put_all(board: &mut Board, values: &[(Slot, Value)]) {
+    for (s, v) in values {
+        board.put(*s, v.clone());
+    }
+}
+
+/// The value without its autodiff history (what a graph's outputs hold between replays).
+fn detached(v: &Value) -> Value {
+    v.with_tensors(v.tensors().iter().map(AnyTensor::inner).collect())
+}
+
+impl RegionOps<'_> {
+    fn items(&self) -> Range<usize> {
+        self.core.region_items().expect("a region")
+    }
+
+    fn writers(&self) -> Vec<Rc<dyn Stage>> {
+        self.core.writers(self.items())
+    }
+
+    /// What a run of the region produced, as (loss, signature): the loss it differentiated, and
+    /// the sum of squares of the gradients it hands on plus how far it moved the state.
+    fn measure(&self, board: &Board, writers: &[Rc<dyn Stage>], saved: &[Saved]) -> (f64, f64) {
+        let program = &self.core.program;
+        let loss = match program.loss.and_then(|s| board.get(s)) {
+            Some(Value::Loss(l)) => read_scalar(l.total.clone()),
+            _ => f64::NAN,
+        };
+        let items = self.items();
+        let after = &program.items[items.end..];
+        let mut sums: Vec<Tensor<1>> = vec![];
+        for item in &program.items[items] {
+            for &w in &item.writes {
+                if let Some(Value::Grads(g)) = board.get(w)
+                    && after.iter().any(|x| x.reads.contains(&w))
+                {
+                    sums.extend(g.iter().map(|(_, t)| t.clone().square().sum()));
+                }
+            }
+        }
+        sums.extend(moved(writers, saved));
+        let signature = sums.into_iter().reduce(|a, b| a.add(b)).map(read_scalar).unwrap_or(0.0);
+        (loss, signature)
+    }
+
+    /// The region eagerly on `board` (its graphs' code path), drained at segment ends if `drain`.
+    fn run_eager(&self, board: &mut Board, drain: bool) -> anyhow::Result<()> {
+        self.core.run_items(self.items(), board, &Tapes::new(self.core.program.pieces), true, drain, self.step)
+    }
+
+    /// `n` warm-up runs of the region from the saved state, each measured into `figures`;
+    /// returns their times for the log.
+    fn warm_up(&self, n: usize, entry: &[(Slot, Value)], writers: &[Rc<dyn Stage>], saved: &[Saved], figures: &mut Vec<(f64, f64)>) -> Result<String, String> {
+        let mut times = vec![];
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            let mut b = self.board.clone();
+            put_all(&mut b, entry);
+            self.run_eager(&mut b, true).map_err(|e| format!("{e:#}"))?;
+            let _ = self.core.device.sync();
+            figures.push(self.measure(&b, writers, saved));
+            // Dropped once the device drained: the lazy fusion backend would skip its kernels.
+            drop(b);
+            restore(writers, saved);
+            times.push(format!("{:.2}", started.elapsed().as_secs_f64()));
+        }
+        Ok(format!("warm-up runs {} s", times.join(" + ")))
+    }
+
+    /// The capture pass: each graph recorded in a window, the eager items between them run.
+    fn pass(&self, entry: &[(Slot, Value)], writers: &[Rc<dyn Stage>], saved: &[Saved]) -> Result<Vec<Recorded>, PassError> {
+        let core = self.core;
+        let d = core.device.as_dispatch();
+        let mut b = self.board.clone();
+        put_all(&mut b, entry);
+        let tapes = Tapes::new(core.program.pieces);
+        let refused = RefCell::new(None);
+        let region = core.program.region.clone().expect("a region");
+        let mut recorded: Vec<Recorded> = vec![];
+        // Slots whose value a graph's buffer holds (a later graph reads them there).
+        let mut made_by_graph: Vec<Slot> = entry.iter().map(|(s, _)| *s).collect();
+        let fail = |e: anyhow::Error| PassError::Other(format!("{e:#}"));
+        for s in region {
+            let seg = &core.program.segments[s];
+            if !seg.graph {
+                for i in seg.items.clone() {
+                    core.run_item(i, &mut b, &tapes, Mode { in_graph: false, hardware: false }, &refused, self.step).map_err(fail)?;
+                    made_by_graph.retain(|x| !core.program.items[i].writes.contains(x));
+                }
+                continue;
+            }
+            let own: Vec<Slot> = seg.inputs.iter().copied().filter(|x| !made_by_graph.contains(x)).collect();
+            let stable = stable_copies(&b, &own);
+            put_all(&mut b, &stable);
+            if !recorded.is_empty() {
+                // The pools grow for this window's temporaries outside it.
+                let mut grow = self.board.clone();
+                put_all(&mut grow, entry);
+                self.run_eager(&mut grow, true).map_err(fail)?;
+                let _ = core.device.sync();
+                drop(grow);
+                restore(writers, saved);
+            }
+            let _ = core.device.sync();
+            let _ = Dispatch::graph_prepare(d);
+            let window = Dispatch::graph_start_capture(d).is_ok();
+            let mode = Mode { in_graph: true, hardware: window };
+            let mut ran = Ok(());
+            for i in seg.items.clone() {
+                ran = core.run_item(i, &mut b, &tapes, mode, &refused, self.step).map_err(fail);
+                if ran.is_err() {
+                    break;
+                }
+            }
+            // A failed stop still takes the stream out of capture mode.
+            let graph = if window { Some(Dispatch::graph_stop_capture(d).map_err(|e| PassError::Window(format!("recording {}: {e:?}", describe(core, s))))) } else { None };
+            ran?;
+            let graph = graph.transpose()?;
+            made_by_graph.extend(seg.outputs.iter().copied());
+            let outputs = seg.outputs.iter().filter_map(|&o| b.get(o).map(|v| (o, detached(v)))).collect();
+            recorded.push(Recorded { segment: s, graph, stable, outputs });
+        }
+        if let Some(why) = refused.take() {
+            return Err(PassError::Other(why));
+        }
+        Ok(recorded)
+    }
+
+    /// Writes this step's inputs into the graphs' stable buffers and runs the region: each
+    /// graph replayed (or its items run on its buffers), the eager items between them.
+    fn replay_on(&self, g: &mut RegionGraphs) -> Result<Board, String> {
+        let core = self.core;
+        let hardware = g.is_hardware();
+        refresh(&mut g.entry, &self.board, hardware)?;
+        let mut b = self.board.clone();
+        put_all(&mut b, &g.entry);
+        let tapes = Tapes::new(core.program.pieces);
+        let refused = RefCell::new(None);
+        let fail = |e: anyhow::Error| format!("{e:#}");
+        let region = core.program.region.clone().expect("a region");
+        let mut recorded = g.recorded.iter_mut();
+        for s in region {
+            let seg = &core.program.segments[s];
+            if !seg.graph {
+                for i in seg.items.clone() {
+                    core.run_item(i, &mut b, &tapes, Mode { in_graph: false, hardware: false }, &refused, self.step).map_err(fail)?;
+                }
+                continue;
+            }
+            let r = recorded.next().expect("a recording per graph");
+            debug_assert_eq!(r.segment, s);
+            refresh(&mut r.stable, &b, hardware)?;
+            put_all(&mut b, &r.stable);
+            match &r.graph {
+                // Safety: every buffer the graph touches is held by `g` (stable inputs, outputs),
+                // by an earlier graph's outputs, or by the stages (parameters and state), which
+                // outlive the graphs; refreshes, replays and reads run on this thread.
+                Some(graph) => {
+                    unsafe { Dispatch::graph_replay(core.device.as_dispatch(), graph) }.map_err(|e| format!("replaying {}: {e:?}", describe(core, s)))?;
+                    put_all(&mut b, &r.outputs);
+                }
+                None => {
+                    for i in seg.items.clone() {
+                        core.run_item(i, &mut b, &tapes, Mode { in_graph: true, hardware: false }, &refused, self.step).map_err(fail)?;
+                    }
+                }
+            }
+        }
+        Ok(b)
+    }
+}
+
+/// How a capture pass failed: a window the backend refused (tried once more), or anything else.
+enum PassError {
+    Window(String),
+    Other(String),
+}
+
+/// Graph segment `s` by its items, e.g. `the graph [forward, loss]`.
+fn describe(core: &Core, s: usize) -> String {
+    format!("the graph [{}]", core.program.segment_names(s).join(", "))
+}
+
+impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
+    fn eager(&mut self) -> Result<Board, String> {
+        let mut b = self.board.clone();
+        self.run_eager(&mut b, false).map_err(|e| format!("{e:#}"))?;
+        Ok(b)
+    }
+
+    fn capture(&mut self, prior_runs: u32) -> Result<(RegionGraphs, Option<Result<Board, String>>), String> {
+        let writers = self.writers();
+        let saved = snapshot(&writers);
+        let entry = stable_copies(&self.board, self.entry);
+        let runs = one_graph::warmup_runs(prior_runs)?;
+        let mut figures: Vec<(f64, f64)> = vec![];
+        let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures)?];
+        let started = std::time::Instant::now();
+        let mut recorded = self.pass(&entry, &writers, &saved);
+        if let Err(PassError::Window(refused)) = &recorded {
+            log.push(format!("refused ({}); one more run", refused.replace('\n', " ")));
+            restore(&writers, &saved);
+            log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures)?);
+            recorded = self.pass(&entry, &writers, &saved);
+        }
+        log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
+        tracing::info!("cuda_graph: {}", log.join("; "));
+        let _ = self.core.device.sync();
+        restore(&writers, &saved);
+        let recorded = recorded.map_err(|(PassError::Window(e) | PassError::Other(e))| e)?;
+        let mut g = RegionGraphs { entry, recorded };
+        if !g.is_hardware() && !self.core.allow_software {
+            return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string());
+        }
+        // The check: one replay from the saved state on this batch against the warm-up runs.
+        let references = match figures[..] {
+            [.., a, b] => [a, b],
+            [a] => [a, a],
+            [] => unreachable!("at least one warm-up run"),
+        };
+        let checked = self.replay_on(&mut g).and_then(|out| {
+            let replayed = self.measure(&out, &writers, &saved);
+            agree(references[0], references[1], replayed, "step's result").map(|()| out)
+        });
+        let _ = self.core.device.sync();
+        match checked {
+            Ok(out) => Ok((g, Some(Ok(out)))),
+            Err(e) => {
+                restore(&writers, &saved);
+                Err(e)
+            }
+        }
+    }
+
+    fn replay(&mut self, g: &mut RegionGraphs) -> Result<Result<Board, String>, String> {
+        self.replay_on(g).map(Ok)
+    }
+}
+
+/// Whether a replay agrees with eager: `eager` and `again` are two eager runs of the same step
+/// from the same state, `replayed` the graph's, each as (loss, signature). The tolerances (1e-3
+/// on the loss, 1e-2 on the signature) widen to four times the spread of the two eager runs, so
+/// kernels that are not deterministic (atomic split-K reductions in bf16) pass while a graph
+/// that reads or writes the wrong buffers does not. Gradients that overflow in both eager runs
+/// (fp16 with a loss scale too large for this batch, which the scaler answers by skipping the
+/// step) agree with a replay whose gradients overflow too. A region without the loss compares
+/// the signature alone.
+pub fn agree(eager: (f64, f64), again: (f64, f64), replayed: (f64, f64), what: &str) -> Result<(), String> {
+    let spread = |a: f64, b: f64| (a - b).abs() / a.abs().max(1e-12);
+    let tol_loss = 1e-3f64.max(4.0 * spread(eager.0, again.0));
+    let tol_sig = 1e-2f64.max(4.0 * spread(eager.1, again.1));
+    let overflowed = !eager.1.is_finite() && !again.1.is_finite();
+    let no_loss = eager.0.is_nan() && again.0.is_nan() && replayed.0.is_nan();
+    if !no_loss && !(spread(eager.0, replayed.0) <= tol_loss) {
+        Err(format!("the replayed loss {} differs from eager {} on the capture batch (tolerance {tol_loss:.1e}; two eager runs: {} and {})", replayed.0, eager.0, eager.0, again.0))
+    } else if overflowed {
+        if replayed.1.is_finite() {
+            Err(format!("the replayed {what} (sum of squares {:.6e}) is finite where both eager runs overflowed ({} and {})", replayed.1, eager.1, again.1))
+        } else {
+            Ok(())
+        }
+    } else if !(spread(eager.1, replayed.1) <= tol_sig) {
+        Err(format!(
+            "the replayed {what} (sum of squares {:.6e}) differs from eager ({:.6e}) on the capture batch (tolerance {tol_sig:.1e}; a second eager run gave {:.6e})",
+            replayed.1, eager.1, again.1
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replay_agrees_within_the_spread_of_eager() {
+        // Deterministic kernels: the H200's two-graph gradients 1.6% off fail, 0.5% passes.
+        assert!(agree((17.1, 2.385e5), (17.1, 2.385e5), (17.1, 2.424e5), "gradient").unwrap_err().contains("gradient"));
+        assert!(agree((17.1, 2.385e5), (17.1, 2.385e5), (17.1, 2.397e5), "gradient").is_ok());
+        // Eager runs 1% apart (atomic reductions): 1.6% is within four times that spread.
+        assert!(agree((17.1, 2.385e5), (17.1, 2.409e5), (17.1, 2.424e5), "gradient").is_ok());
+        // A graph reading never-written memory (the H200's first whole-step capture).
+        let err = agree((18215.2, 1.0), (18215.2, 1.0), (17.15, 1.0), "step").unwrap_err();
+        assert!(err.contains("replayed loss 17.15"), "{err}");
+        // NaN never agrees.
+        assert!(agree((17.1, 1.0), (17.1, 1.0), (f64::NAN, 1.0), "gradient").is_err());
+        assert!(agree((17.1, 1.0), (17.1, 1.0), (17.1, f64::NAN), "gradient").is_err());
+        // fp16 at a loss scale this batch overflows: eager and replay overflow alike (the scaler
+        // skips the step in both), which agrees; a finite replay against overflowing eager does not.
+        assert!(agree((17.1, f64::INFINITY), (17.1, f64::NAN), (17.1, f64::INFINITY), "gradient").is_ok());
+        assert!(agree((17.1, f64::INFINITY), (17.1, f64::INFINITY), (17.1, 2.4e5), "gradient").unwrap_err().contains("finite"));
+        // One eager run overflowing and the other not is no overflow: NaN spread, refused.
+        assert!(agree((17.1, f64::INFINITY), (17.1, 2.4e5), (17.1, 2.4e5), "gradient").is_err());
+        // A region without the loss (the update alone) compares what it moved.
+        assert!(agree((f64::NAN, 3.0), (f64::NAN, 3.0), (f64::NAN, 3.0), "step").is_ok());
+        assert!(agree((f64::NAN, 3.0), (f64::NAN, 3.0), (f64::NAN, 4.0), "step").is_err());
+    }
+}

@@ -1,0 +1,54 @@
+//! `data.yolo`: the loader's batch of a YOLO dataset uploaded to the device. The batch is read,
+//! augmented and assembled on the host by the loader's threads; this stage is its one
+//! host-to-device copy, so it cannot run inside a graph.
+
+use std::rc::Rc;
+
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+
+use crate::data::Batch;
+use crate::stage::{AnyTensor, Autodiff, Io, Kind, Stage, Ty, Value, no_collective, port};
+
+pub static KIND: Kind = Kind {
+    name: "data.yolo",
+    summary: "reads, augments and batches images and labels of a YOLO dataset",
+    inputs: &[],
+    outputs: &[port("images", Ty::Tensor), port("targets", Ty::Tensor)],
+    not_capturable: Some("it decodes and augments images on the host"),
+    autodiff: Autodiff::None,
+    collective: no_collective,
+    settings: None,
+    build: |b| Ok(Rc::new(DataYolo { device: b.device.clone() })),
+};
+
+/// The slot the trainer puts each step's host batch in.
+pub const BATCH_SLOT: crate::stage::Slot = 0;
+
+struct DataYolo {
+    device: Device,
+}
+
+impl Stage for DataYolo {
+    fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
+        let Some(Value::Batch(batch)) = io.board.take(BATCH_SLOT) else { anyhow::bail!("the data stage found no batch (it ran twice in one step)") };
+        let batch = Rc::try_unwrap(batch).unwrap_or_else(|b| (*b).clone());
+        let (images, targets) = upload(batch, &self.device);
+        io.output(0, Value::Tensor(AnyTensor::R4(images)));
+        io.output(1, Value::Tensor(AnyTensor::R3(targets)));
+        Ok(())
+    }
+}
+
+/// One host-to-device copy of a batch, from its own buffers (no host copy), staged where the
+/// backend offers it (pinned memory on CUDA); images travel as u8 and become f32 in [0, 1] on
+/// the device. (Created without a dtype, an int tensor takes the device's default int type, and
+/// burn converts the data on the host first: 4x the bytes, and the staged buffer thrown away.)
+pub fn upload(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
+    let (b, h, w) = (batch.size, batch.height as usize, batch.width as usize);
+    let mut images = TensorData::new(batch.images, [b, 3, h, w]);
+    let mut targets = TensorData::new(batch.targets, [b, batch.max_labels, 5]);
+    device.staging([&mut images, &mut targets].into_iter());
+    let images = Tensor::<4, Int>::from_data(images, (device, DType::U8)).float().div_scalar(255.0);
+    let targets = Tensor::<3>::from_data(targets, device);
+    (images, targets)
+}
