@@ -13,7 +13,8 @@ run with eager and the whole step with its uncaptured twin: the epoch's loss ter
 table and writes OUT/capture_check.json. Needs numpy only (safetensors read by hand).
 
 `BASE_BIN=path` with the `*_base` modes runs those with another build (e.g. the one before a
-change to the optimizer's kernels), compared with the same mode of BIN.
+change to the optimizer's kernels), compared with the same mode of BIN; `BASE_MANIFEST=path` the
+manifest that build reads (an older build may not read today's).
 
 On the CPU add `LIBREYOLO_CAPTURE_SOFTWARE=1` to the environment (burn's software graphs).
 """
@@ -26,38 +27,48 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Every stage's capture mark written out, so that a mode means the same with any build's manifest.
+STAGES = ("forward", "loss", "backward", "optimizer", "ema")
+
+
+def marks(*captured):
+    return ["cuda_graph=true"] + [f"stage.{s}.capture={'true' if s in captured else 'false'}" for s in STAGES]
+
+
+WHOLE = marks(*STAGES)
+CONTRACT = marks("forward", "backward")
 MODES = {
-    "eager": [],
+    "eager": ["cuda_graph=false"],
     # The same eager run again, in a new process: the spread the kernels themselves leave.
-    "eager_again": [],
+    "eager_again": ["cuda_graph=false"],
     # Eager with its first step dry-run first whatever the history says, and never: the dry run
     # must leave training exactly as it was (engine/src/precompile.rs).
-    "eager_dry_run": [],
-    "eager_no_dry_run": [],
-    "two_graphs": ["cuda_graph=true"],
-    "whole_step": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
+    "eager_dry_run": ["cuda_graph=false"],
+    "eager_no_dry_run": ["cuda_graph=false"],
+    "two_graphs": CONTRACT,
+    "whole_step": WHOLE,
     # The whole step's code path (in-place updates, the segment's own forward/loss/backward)
     # run eager: the threshold is never reached. What the replay must reproduce exactly where
     # the kernels are deterministic; against plain eager, ulp-level differences of a different
     # operation order grow over the steps.
-    "two_graphs_uncaptured": ["cuda_graph=true", "capture.threshold=1000000"],
-    "whole_step_uncaptured": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
+    "two_graphs_uncaptured": CONTRACT + ["capture.threshold=1000000"],
+    "whole_step_uncaptured": WHOLE + ["capture.threshold=1000000"],
     # The same without the dry run that compiles the step's kernels first (engine/src/precompile.rs):
     # the dry run must leave training exactly as it was.
-    "whole_step_uncaptured_no_dry_run": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true", "capture.threshold=1000000"],
+    "whole_step_uncaptured_no_dry_run": WHOLE + ["capture.threshold=1000000"],
     # Eager with burn-fusion's search at upstream's width (engine/src/fusion_search.rs): against
     # eager, what the search width alone changes.
-    "eager_blocks5": [],
+    "eager_blocks5": ["cuda_graph=false"],
 }
 # The same runs by another build (BASE_BIN=path): does a change of the engine change training?
-BASE_MODES = {f"{m}_base": MODES[m] for m in ("eager", "whole_step_uncaptured")}
+BASE_MODES = {f"{m}_base": MODES[m] for m in ("eager", "whole_step", "two_graphs", "whole_step_uncaptured")}
 MODES.update(BASE_MODES)
 # A mode's environment, beside the caller's.
 ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"},
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
 PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
-         ("eager", "eager_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
+         ("eager", "eager_base"), ("whole_step", "whole_step_base"), ("two_graphs", "two_graphs_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
@@ -101,7 +112,9 @@ def main():
     pairs = [(a, b) for a, b in PAIRS if a in modes and b in modes]
     for mode, extra in modes.items():
         exe = os.environ["BASE_BIN"] if mode in BASE_MODES else binary
-        cmd = [exe, "manifests/yolo9t.toml", "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
+        # The other build reads its own manifest (BASE_MANIFEST), which the marks make mean the same.
+        manifest = os.environ.get("BASE_MANIFEST", "manifests/yolo9t.toml") if mode in BASE_MODES else "manifests/yolo9t.toml"
+        cmd = [exe, manifest, "epochs=1", "val=false", "exist_ok=true", f"project={out}", f"name={mode}"]
         env = {**os.environ, **ENVS.get(mode, {})}
         run = subprocess.run(cmd + settings + extra, cwd=ROOT, capture_output=True, text=True, env=env)
         logs[mode] = [l[l.index("cuda_graph"):] for l in run.stderr.splitlines() if "cuda_graph" in l]

@@ -24,7 +24,8 @@ size, precision and loader settings. Each configuration is run eager and with CU
 
 Every row has the peak GPU memory and the warm-up (seconds before the measured window) as their
 own figures. Prints the tables with the ratio ours / LibreYOLO, writes the JSON to OUT and
-bench/results/, and with --docs appends the tables to docs/performance.md.
+bench/results/, and with --docs appends the tables to the month's results history,
+docs/history/YYYY-MM.md (docs/benchmarks.md keeps the current figures, edited by hand).
 
     python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--sizes t,s] [--batch 8,16]
         [--dtype bf16,f16] [--imgsz 640] [--warmup 10] [--steps 24] [--workers 8] [--isolated]
@@ -388,7 +389,7 @@ def tables_text(result):
 
 def write_result(result, device, docs, heading):
     """The JSON to OUT (when set) and bench/results/; the tables printed and, with `docs`, appended
-    to docs/performance.md under `heading`."""
+    to the month's history, docs/history/YYYY-MM.md, under `heading`."""
     name = f"{result['date']}-{device.replace(':', '')}-compare{'-isolated' if result['settings']['isolated'] else ''}.json"
     paths = [os.path.join(ROOT, "bench", "results", name)]
     if result.get("out"):
@@ -398,7 +399,7 @@ def write_result(result, device, docs, heading):
     text = tables_text(result)
     print("\n" + text + f"\n\nwrote {' and '.join(paths)}")
     if docs:
-        with open(os.path.join(ROOT, "docs/performance.md"), "a") as f:
+        with open(os.path.join(ROOT, "docs", "history", f"{result['date'][:7]}.md"), "a") as f:
             f.write(f"\n## {result['date']}: {heading} (bench/results/{name})\n\n{text}\n")
 
 
@@ -452,7 +453,7 @@ def main():
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--modes", default="eager,two graphs,whole-step graph", help="our capture modes (OUR_MODES), comma-separated")
-    ap.add_argument("--docs", action="store_true", help="append the tables to docs/performance.md")
+    ap.add_argument("--docs", action="store_true", help="append the tables to docs/history/YYYY-MM.md")
     ap.add_argument("--throughput", type=int, default=0, metavar="E",
                     help="also measure images/s over E whole epochs (1+E epochs trained, the first reported apart)")
     ap.add_argument("--isolated", action="store_true", help="the step alone: one real batch replayed, fastest and median of STEPS")

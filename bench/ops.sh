@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The op-level table (docs/performance.md): every op of YOLOv9-t's training step at its exact
+# The op-level table (docs/history/): every op of YOLOv9-t's training step at its exact
 # shapes, timed by libreyolo-run and by PyTorch on the same device in the same run, as ratios.
 #
 #   bench/ops.sh BIN OUT_DIR [BATCH] [DEVICE] [DTYPES]

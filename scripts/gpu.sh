@@ -69,7 +69,7 @@ remote)
         tar -xJf "$GPU_DIR/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE"
         echo "[gpu.sh] kernel cache restored: $(du -sh "$LIBREYOLO_KERNEL_CACHE" | cut -f1)"
     else
-        echo "[gpu.sh] no kernel cache carried: cold start"
+        echo "[gpu.sh] no kernel cache copied: cold start"
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0

@@ -5,7 +5,7 @@
 //! the capture plumbing — shape counting in the executor, stable inputs refreshed per batch,
 //! BatchNorm statistics and optimizer updates outside the graph, the capture-time check against
 //! eager — gives a training run identical to eager, bit for bit. Hardware graphs are checked on
-//! the GPU (docs/performance.md).
+//! the GPU (docs/history/).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,11 +7,10 @@
 //! batch 16, bf16, `LIBREYOLO_HOST_PROFILE` put 2.9 s of the device thread in
 //! `burn_fusion::search::merging` and the first step took 10.6-11.6 s. With 2 blocks the
 //! merging cost 0.09 s and the first step 3.6 s, at the same step time (872 against 883 ms;
-//! docs/performance.md, fifteenth session). Captured training searches as narrowly (4 blocks
+//! docs/history/2026-12.md, 2026-12-02 (bench/results/2026-12-02-h200-host-profile-fusion-search.json)). Captured training searches as narrowly (4 blocks
 //! before the in-place state updates): one build and cache, alternating, its warm-up was
 //! 3.9-4.7 s against 5.2-6.1 at 4 blocks (first step 1.0-1.2 against 2.1-2.4 s) for a replay
-//! 1.3-1.7% slower, and the whole step then computes what eager does, bit for bit (nineteenth
-//! session). Set before the first GPU tensor; a `burn.toml` in the working directory (or
+//! 1.3-1.7% slower, and the whole step then computes what eager does, bit for bit (2026-12-03 (bench/results/2026-12-03-h200-in-place-updates-merged.json)). Set before the first GPU tensor; a `burn.toml` in the working directory (or
 //! above) is left to configure burn.
 
 use burn::BurnConfig;

@@ -3,10 +3,10 @@
 //! The first run of a kernel compiles it with NVRTC and autotunes it (minutes for a whole
 //! network); cubecl can persist both. By default cubecl stores them under the outermost Cargo
 //! workspace's `target/` or the user cache; we pin one directory so that a run outside the
-//! source tree (the GPU machine) and a run inside it share the cache, and so it can be carried
+//! source tree (the GPU machine) and a run inside it share the cache, and so it can be copied
 //! between machines. The compiled kernels are kept there too (cubecl's compilation cache, off by
 //! default): CUBIN for the device's architecture, which our cubecl-cuda patch has NVRTC emit
-//! instead of PTX, so a carried cache loads without the driver's JIT (vendor/README.md). Each
+//! instead of PTX, so a copied cache loads without the driver's JIT (vendor/README.md). Each
 //! warm-up also appends its autotune decisions and kernel compilations
 //! there (`autotune-decisions.jsonl`, `compilations.log`), so warm-up cost can be attributed.
 
@@ -25,7 +25,7 @@ pub const CONV_KERNELS_ENV: &str = "BURN_CONV_KERNELS";
 
 /// Our default selection: nothing benchmarked, each direction's measured preference first.
 /// Upstream's `all` spent most of a cold warm-up autotuning the matmuls nested in its im2col
-/// candidates; `gemm` tunes among the implicit-GEMM kernels (docs/performance.md).
+/// candidates; `gemm` tunes among the implicit-GEMM kernels (docs/history/).
 pub const DEFAULT_CONV_KERNELS: &str = "fixed";
 
 /// The convolution kernel selection this process uses (the environment's, else ours).

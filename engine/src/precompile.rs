@@ -2,7 +2,7 @@
 //!
 //! On a cold kernel cache the first training step compiles ~600 kernels with NVRTC, one after
 //! another on the thread that launches them: 73 s of a 105 s warm-up on the H200 (YOLOv9-t,
-//! batch 8; docs/performance.md). Run first as cubecl's dry run, where every launch is compiled
+//! batch 8; docs/history/). Run first as cubecl's dry run, where every launch is compiled
 //! and dropped, the step hands each compilation to our cubecl-cuda's compiler threads
 //! (vendor/README.md) and returns; its first real run then waits only for what is still
 //! compiling, and loads it.

@@ -1,6 +1,7 @@
 //! Network families: the block library, the parameter store, and the registry that builds a
 //! network from a manifest topology.
 
+pub mod block;
 pub mod blocks;
 pub mod ctx;
 pub mod network;

@@ -2,41 +2,15 @@
 //! reading the outputs of earlier layers.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
-use burn::tensor::module::interpolate;
-use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 use burn::tensor::{Device, Tensor};
 
-use crate::blocks::{ADown, AConv, Conv, ConvShape, DDetect, Elan, RepNCSPELAN, SPPELAN};
-use crate::ctx::{Ctx, TracedOp};
+use crate::block::{Args, BlockBuild, Layer as Built, Out, Shape, did_you_mean};
+use crate::blocks::{BLOCKS, DDetect};
+use crate::ctx::Ctx;
 use crate::params::{BuildState, ParamStore};
-use crate::topology::{Arg, INPUT, LayerSpec, Sources, TopologyError};
-
-/// Blocks a topology can name, with their arguments.
-pub const BLOCKS: &[(&str, &[&str])] = &[
-    ("Conv", &["out", "k", "s", "g"]),
-    ("ELAN", &["out", "part", "hidden"]),
-    ("RepNCSPELAN", &["out", "part", "hidden", "n"]),
-    ("AConv", &["out"]),
-    ("ADown", &["out"]),
-    ("SPPELAN", &["out", "hidden"]),
-    ("Upsample", &["scale"]),
-    ("Concat", &[]),
-    ("DDetect", &["reg_max"]),
-];
-
-#[derive(Debug, Clone)]
-enum Block {
-    Conv(Conv),
-    Elan(Elan),
-    RepNCSPELAN(RepNCSPELAN),
-    AConv(AConv),
-    ADown(ADown),
-    SPPELAN(SPPELAN),
-    Upsample(usize),
-    Concat,
-    Detect(DDetect),
-}
+use crate::topology::{INPUT, LayerSpec, Sources, TopologyError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -48,7 +22,7 @@ enum Source {
 struct Layer {
     name: String,
     inputs: Vec<Source>,
-    block: Block,
+    block: Rc<dyn Built>,
     aux: bool,
 }
 
@@ -83,8 +57,8 @@ impl Network {
         let mut state = BuildState::new(seed);
         let mut b = state.builder(device);
         let mut layers: Vec<Layer> = vec![];
-        // Per built layer: output channels and stride (None for heads).
-        let mut shapes: Vec<Option<(usize, usize)>> = vec![];
+        // Per built layer: its output map (None for heads).
+        let mut shapes: Vec<Option<Shape>> = vec![];
         let mut names: BTreeMap<String, usize> = BTreeMap::new();
         let mut previous = Source::Input;
         let (mut main_head, mut aux_head) = (None, None);
@@ -104,7 +78,7 @@ impl Network {
             let mut in_shapes = vec![];
             for src in &inputs {
                 match src {
-                    Source::Input => in_shapes.push((3, 1)),
+                    Source::Input => in_shapes.push(Shape { channels: 3, stride: 1 }),
                     Source::Layer(j) => match shapes[*j] {
                         Some(s) => in_shapes.push(s),
                         None => {
@@ -116,88 +90,23 @@ impl Network {
                     },
                 }
             }
-            let mut args = Args::new(i, spec)?;
+            let Some(kind) = BLOCKS.iter().find(|k| k.name == spec.block) else {
+                let known: Vec<&str> = BLOCKS.iter().map(|b| b.name).collect();
+                let mut e = TopologyError::new(i, Some("block"), format!("unknown block `{}`", spec.block));
+                e.help = did_you_mean(&spec.block, &known).map(|k| format!("did you mean `{k}`?")).or_else(|| Some(format!("blocks: {}", known.join(", "))));
+                return Err(e);
+            };
             let mut pb = b.pp(&spec.name);
-            let single = |what: &str| -> Result<(usize, usize), TopologyError> {
-                match in_shapes.as_slice() {
-                    [one] => Ok(*one),
-                    _ => Err(TopologyError::new(i, Some("from"), format!("{what} takes one input, got {}", in_shapes.len()))),
+            let mut build = BlockBuild { params: &mut pb, inputs: &in_shapes, nc, name: &spec.name, args: Args::new(i, &spec.block, &spec.args) };
+            let (block, shape) = (kind.build)(&mut build)?;
+            if kind.head {
+                let slot = if spec.aux { &mut aux_head } else { &mut main_head };
+                if slot.is_some() {
+                    return Err(TopologyError::new(i, Some("block"), format!("a second {} head `{}`", if spec.aux { "auxiliary" } else { "main" }, spec.name)));
                 }
-            };
-            let (block, shape) = match spec.block.as_str() {
-                "Conv" => {
-                    let (c_in, stride) = single("Conv")?;
-                    let (out, k, s, g) = (args.usize("out")?, args.usize_or("k", 1)?, args.usize_or("s", 1)?, args.usize_or("g", 1)?);
-                    (Block::Conv(Conv::new(&mut pb, ConvShape::new(c_in, out, k, s).groups(g))), Some((out, stride * s)))
-                }
-                "ELAN" => {
-                    let (c_in, stride) = single("ELAN")?;
-                    let (out, part, hidden) = (args.usize("out")?, args.usize("part")?, args.usize("hidden")?);
-                    (Block::Elan(Elan::new(&mut pb, c_in, part, hidden, out)), Some((out, stride)))
-                }
-                "RepNCSPELAN" => {
-                    let (c_in, stride) = single("RepNCSPELAN")?;
-                    let (out, part, hidden, n) = (args.usize("out")?, args.usize("part")?, args.usize("hidden")?, args.usize_or("n", 1)?);
-                    (Block::RepNCSPELAN(RepNCSPELAN::new(&mut pb, c_in, part, hidden, out, n)), Some((out, stride)))
-                }
-                "AConv" => {
-                    let (c_in, stride) = single("AConv")?;
-                    let out = args.usize("out")?;
-                    (Block::AConv(AConv::new(&mut pb, c_in, out)), Some((out, stride * 2)))
-                }
-                "ADown" => {
-                    let (c_in, stride) = single("ADown")?;
-                    let out = args.usize("out")?;
-                    (Block::ADown(ADown::new(&mut pb, c_in, out)), Some((out, stride * 2)))
-                }
-                "SPPELAN" => {
-                    let (c_in, stride) = single("SPPELAN")?;
-                    let (out, hidden) = (args.usize("out")?, args.usize("hidden")?);
-                    (Block::SPPELAN(SPPELAN::new(&mut pb, c_in, hidden, out)), Some((out, stride)))
-                }
-                "Upsample" => {
-                    let (c_in, stride) = single("Upsample")?;
-                    let scale = args.usize_or("scale", 2)?;
-                    if stride % scale != 0 {
-                        return Err(TopologyError::new(i, Some("args.scale"), format!("upsampling a stride-{stride} map by {scale} does not give a whole stride")));
-                    }
-                    (Block::Upsample(scale), Some((c_in, stride / scale)))
-                }
-                "Concat" => {
-                    let strides: Vec<usize> = in_shapes.iter().map(|s| s.1).collect();
-                    if strides.windows(2).any(|w| w[0] != w[1]) {
-                        return Err(TopologyError::new(i, Some("from"), format!(
-                            "`{}` concatenates maps of different strides {strides:?}; their sizes would not match",
-                            spec.name
-                        )));
-                    }
-                    (Block::Concat, Some((in_shapes.iter().map(|s| s.0).sum(), strides[0])))
-                }
-                "DDetect" => {
-                    let reg_max = args.usize_or("reg_max", 16)?;
-                    let channels: Vec<usize> = in_shapes.iter().map(|s| s.0).collect();
-                    let strides: Vec<usize> = in_shapes.iter().map(|s| s.1).collect();
-                    let head = DDetect::new(&mut pb, &channels, nc, reg_max, strides);
-                    let slot = if spec.aux { &mut aux_head } else { &mut main_head };
-                    if slot.is_some() {
-                        return Err(TopologyError::new(i, Some("block"), format!(
-                            "a second {} detection head `{}`",
-                            if spec.aux { "auxiliary" } else { "main" },
-                            spec.name
-                        )));
-                    }
-                    *slot = Some(layers.len());
-                    (Block::Detect(head), None)
-                }
-                other => {
-                    let known: Vec<&str> = BLOCKS.iter().map(|b| b.0).collect();
-                    let mut e = TopologyError::new(i, Some("block"), format!("unknown block `{other}`"));
-                    e.help = did_you_mean(other, &known).map(|k| format!("did you mean `{k}`?"))
-                        .or_else(|| Some(format!("blocks: {}", known.join(", "))));
-                    return Err(e);
-                }
-            };
-            args.finish()?;
+                *slot = Some(layers.len());
+            }
+            build.args.finish(kind.args)?;
             names.insert(spec.name.clone(), layers.len());
             previous = Source::Layer(layers.len());
             shapes.push(shape);
@@ -205,7 +114,7 @@ impl Network {
         }
 
         let main_head = main_head.ok_or_else(|| {
-            TopologyError::new(specs.len().saturating_sub(1), None, "the topology has no `DDetect` head (a layer with `aux = false`)")
+            TopologyError::new(specs.len().saturating_sub(1), None, "the topology has no head (a `DDetect` layer with `aux = false`)")
         })?;
         let mut last_use: Vec<usize> = (0..layers.len()).collect();
         for (i, layer) in layers.iter().enumerate() {
@@ -219,11 +128,9 @@ impl Network {
         Ok((Network { layers, main_head, aux_head, last_use }, state.store))
     }
 
+    /// The main head, a YOLO detection head.
     pub fn head(&self) -> &DDetect {
-        match &self.layers[self.main_head].block {
-            Block::Detect(d) => d,
-            _ => unreachable!("main_head indexes a DDetect layer"),
-        }
+        self.layers[self.main_head].block.as_any().downcast_ref::<DDetect>().expect("the main head is a DDetect")
     }
 
     pub fn has_aux(&self) -> bool {
@@ -296,7 +203,7 @@ impl Network {
             if layer.aux && !with_aux {
                 continue;
             }
-            let mut inputs: Vec<Tensor<4>> = layer
+            let inputs: Vec<Tensor<4>> = layer
                 .inputs
                 .iter()
                 .map(|s| match s {
@@ -304,31 +211,11 @@ impl Network {
                     Source::Layer(j) => values[*j].clone().expect("inputs run before their readers"),
                 })
                 .collect();
-            match &layer.block {
-                Block::Detect(head) => {
-                    let maps = head.forward(&inputs, cx);
+            match layer.block.forward(inputs, cx) {
+                Out::Head(maps) => {
                     if Some(i) == self.aux_head { aux = Some(maps) } else { main = Some(maps) }
                 }
-                block => {
-                    let x = if matches!(block, Block::Concat) { cx.cat(inputs) } else { inputs.remove(0) };
-                    values[i] = Some(match block {
-                        Block::Conv(m) => m.forward(x, cx),
-                        Block::Elan(m) => m.forward(x, cx),
-                        Block::RepNCSPELAN(m) => m.forward(x, cx),
-                        Block::AConv(m) => m.forward(x, cx),
-                        Block::ADown(m) => m.forward(x, cx),
-                        Block::SPPELAN(m) => m.forward(x, cx),
-                        Block::Upsample(s) => interpolate(
-                            {
-                                cx.trace(|| TracedOp::Upsample { input: x.dims(), scale: *s });
-                                x
-                            },
-                            InterpolateOptions::new(InterpolateMode::Nearest).with_scale_factor([*s as f32, *s as f32]),
-                        ),
-                        Block::Concat => x,
-                        Block::Detect(_) => unreachable!(),
-                    });
-                }
+                Out::Map(x) => values[i] = Some(x),
             }
             // Free activations nobody reads any more.
             for src in &layer.inputs {
@@ -368,59 +255,6 @@ fn resolve(
     let mut e = TopologyError::new(layer, Some("from"), message);
     e.help = did_you_mean(name, &candidates).map(|c| format!("did you mean `{c}`?"));
     Err(e)
-}
-
-fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (strsim::damerau_levenshtein(word, c), *c))
-        .filter(|(d, _)| *d <= (word.len() / 3).max(1))
-        .min()
-        .map(|(_, c)| c)
-}
-
-/// A layer's `args`, read key by key; unknown keys are reported at the end.
-struct Args<'a> {
-    layer: usize,
-    block: &'a str,
-    args: &'a BTreeMap<String, Arg>,
-    read: Vec<&'static str>,
-}
-
-impl<'a> Args<'a> {
-    fn new(layer: usize, spec: &'a LayerSpec) -> Result<Self, TopologyError> {
-        Ok(Self { layer, block: &spec.block, args: &spec.args, read: vec![] })
-    }
-
-    fn usize(&mut self, key: &'static str) -> Result<usize, TopologyError> {
-        self.read.push(key);
-        match self.args.get(key) {
-            None => Err(TopologyError::new(self.layer, Some("args"), format!("block `{}` needs `args.{key}`", self.block))),
-            Some(Arg::Int(v)) if *v > 0 => Ok(*v as usize),
-            Some(other) => Err(TopologyError::new(self.layer, Some(&format!("args.{key}")), format!(
-                "`args.{key}` of block `{}` must be a positive integer, got {other:?}",
-                self.block
-            ))),
-        }
-    }
-
-    fn usize_or(&mut self, key: &'static str, default: usize) -> Result<usize, TopologyError> {
-        if self.args.contains_key(key) { self.usize(key) } else {
-            self.read.push(key);
-            Ok(default)
-        }
-    }
-
-    fn finish(self) -> Result<(), TopologyError> {
-        let allowed = BLOCKS.iter().find(|b| b.0 == self.block).map(|b| b.1).unwrap_or(&[]);
-        if let Some(key) = self.args.keys().find(|k| !self.read.contains(&k.as_str())) {
-            let mut e = TopologyError::new(self.layer, Some(&format!("args.{key}")), format!("block `{}` takes no argument `{key}`", self.block));
-            e.help = did_you_mean(key, allowed).map(|k| format!("did you mean `{k}`?"))
-                .or_else(|| Some(format!("`{}` takes: {}", self.block, if allowed.is_empty() { "no arguments".to_string() } else { allowed.join(", ") })));
-            return Err(e);
-        }
-        Ok(())
-    }
 }
 
 impl Network {

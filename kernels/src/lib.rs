@@ -5,7 +5,7 @@
 //!
 //! Why: a BatchNorm written with tensor operations records a dozen autodiff nodes whose backward
 //! walks the activation many times; on the H200 it was YOLOv9-t's largest cost after the weight
-//! gradients (docs/performance.md). Here the training BatchNorm (and the SiLU after it) reads the
+//! gradients (docs/history/). Here the training BatchNorm (and the SiLU after it) reads the
 //! activation twice forward and twice backward.
 
 pub mod batch_norm;

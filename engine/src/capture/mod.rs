@@ -167,7 +167,7 @@ impl<G> CaptureManager<G> {
                 let started = std::time::Instant::now();
                 match ops.capture(prior_runs) {
                     Ok((mut graph, replayed)) => {
-                        // The time is the capture's share of the warm-up (docs/performance.md).
+                        // The time is the capture's share of the warm-up (docs/history/).
                         tracing::info!("cuda_graph: captured {} at input shape {:?} ({}) in {:.1} s", self.what, key.dims, key.dtype, started.elapsed().as_secs_f64());
                         match replayed.map(Ok).unwrap_or_else(|| ops.replay(&mut graph)) {
                             Ok(out) => {

@@ -51,7 +51,7 @@ impl ConvShape {
     /// A grouped (not depthwise) convolution runs as one dense convolution per group,
     /// concatenated: burn-cubecl's implicit-GEMM kernels decline `groups > 1`, and the direct
     /// kernel that accepts it was 17x slower on the H200, its gradients slower still
-    /// (docs/performance.md). Same arithmetic, so the parity with LibreYOLO is unchanged.
+    /// (docs/history/). Same arithmetic, so the parity with LibreYOLO is unchanged.
     pub(crate) fn apply(&self, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
         if !self.split_groups() {
             let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups);
@@ -178,5 +178,27 @@ mod tests {
         // Depthwise and dense convolutions keep the single kernel.
         assert!(!ConvShape::new(16, 16, 3, 1).groups(16).split_groups());
         assert!(!ConvShape::new(16, 16, 3, 1).split_groups());
+    }
+}
+
+/// `Conv` in a topology: `args = { out, k = 1, s = 1, g = 1 }`.
+pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
+    name: "Conv",
+    args: &["out", "k", "s", "g"],
+    head: false,
+    build: |b| {
+        let input = b.single()?;
+        let (out, k, s, g) = (b.args.usize("out")?, b.args.usize_or("k", 1)?, b.args.usize_or("s", 1)?, b.args.usize_or("g", 1)?);
+        let layer = Conv::new(b.params, ConvShape::new(input.channels, out, k, s).groups(g));
+        Ok((std::rc::Rc::new(layer), Some(crate::block::Shape { channels: out, stride: input.stride * s })))
+    },
+};
+
+impl crate::block::Layer for Conv {
+    fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
+        crate::block::Out::Map(Conv::forward(self, inputs.remove(0), cx))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

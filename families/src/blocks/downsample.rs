@@ -56,3 +56,31 @@ impl ADown {
         cx.cat(vec![a, self.cv2.forward(pooled, cx)])
     }
 }
+
+/// A downsampling block in a topology (`args = { out }`): its output has twice the stride.
+macro_rules! downsample_block {
+    ($static:ident, $name:literal, $ty:ident) => {
+        pub static $static: crate::block::BlockKind = crate::block::BlockKind {
+            name: $name,
+            args: &["out"],
+            head: false,
+            build: |b| {
+                let input = b.single()?;
+                let out = b.args.usize("out")?;
+                Ok((std::rc::Rc::new($ty::new(b.params, input.channels, out)), Some(crate::block::Shape { channels: out, stride: input.stride * 2 })))
+            },
+        };
+
+        impl crate::block::Layer for $ty {
+            fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
+                crate::block::Out::Map($ty::forward(self, inputs.remove(0), cx))
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+    };
+}
+
+downsample_block!(ACONV, "AConv", AConv);
+downsample_block!(ADOWN, "ADown", ADown);

@@ -37,3 +37,24 @@ impl Elan {
         self.cv4.forward(cx.cat(vec![halves[0].clone(), halves[1].clone(), c, d]), cx)
     }
 }
+
+/// `ELAN` in a topology: `args = { out, part, hidden }`.
+pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
+    name: "ELAN",
+    args: &["out", "part", "hidden"],
+    head: false,
+    build: |b| {
+        let input = b.single()?;
+        let (out, part, hidden) = (b.args.usize("out")?, b.args.usize("part")?, b.args.usize("hidden")?);
+        Ok((std::rc::Rc::new(Elan::new(b.params, input.channels, part, hidden, out)), Some(crate::block::Shape { channels: out, stride: input.stride })))
+    },
+};
+
+impl crate::block::Layer for Elan {
+    fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
+        crate::block::Out::Map(Elan::forward(self, inputs.remove(0), cx))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

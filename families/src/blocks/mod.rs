@@ -1,6 +1,8 @@
-//! The YOLOv9 block library; each block is one file and reads like the paper's diagram.
+//! The YOLOv9 block library; each block is one file and reads like the paper's diagram. A
+//! block a topology can name is registered in [`BLOCKS`] (one line).
 
 pub mod batch_norm;
+pub mod concat;
 pub mod conv;
 pub mod detect;
 pub mod downsample;
@@ -9,6 +11,7 @@ pub mod rep_conv;
 pub mod rep_ncsp;
 pub mod rep_ncspelan;
 pub mod sppelan;
+pub mod upsample;
 
 pub use batch_norm::BatchNorm;
 pub use conv::{Conv, Conv2d, ConvShape};
@@ -19,3 +22,16 @@ pub use rep_conv::RepConvN;
 pub use rep_ncsp::{RepNBottleneck, RepNCSP};
 pub use rep_ncspelan::RepNCSPELAN;
 pub use sppelan::SPPELAN;
+
+/// The blocks a topology can name.
+pub const BLOCKS: &[&crate::block::BlockKind] = &[
+    &conv::BLOCK,
+    &elan::BLOCK,
+    &rep_ncspelan::BLOCK,
+    &downsample::ACONV,
+    &downsample::ADOWN,
+    &sppelan::BLOCK,
+    &upsample::BLOCK,
+    &concat::BLOCK,
+    &detect::BLOCK,
+];

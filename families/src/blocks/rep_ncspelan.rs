@@ -56,3 +56,25 @@ impl RepNCSPELAN {
         self.cv4.forward(cx.cat(vec![halves[0].clone(), halves[1].clone(), c, d]), cx)
     }
 }
+
+/// `RepNCSPELAN` in a topology: `args = { out, part, hidden, n = 1 }`.
+pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
+    name: "RepNCSPELAN",
+    args: &["out", "part", "hidden", "n"],
+    head: false,
+    build: |b| {
+        let input = b.single()?;
+        let (out, part, hidden, n) = (b.args.usize("out")?, b.args.usize("part")?, b.args.usize("hidden")?, b.args.usize_or("n", 1)?);
+        let layer = RepNCSPELAN::new(b.params, input.channels, part, hidden, out, n);
+        Ok((std::rc::Rc::new(layer), Some(crate::block::Shape { channels: out, stride: input.stride })))
+    },
+};
+
+impl crate::block::Layer for RepNCSPELAN {
+    fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
+        crate::block::Out::Map(RepNCSPELAN::forward(self, inputs.remove(0), cx))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

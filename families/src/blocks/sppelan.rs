@@ -39,3 +39,24 @@ impl SPPELAN {
         self.cv5.forward(cx.cat(vec![y0, y1, y2, y3]), cx)
     }
 }
+
+/// `SPPELAN` in a topology: `args = { out, hidden }`.
+pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
+    name: "SPPELAN",
+    args: &["out", "hidden"],
+    head: false,
+    build: |b| {
+        let input = b.single()?;
+        let (out, hidden) = (b.args.usize("out")?, b.args.usize("hidden")?);
+        Ok((std::rc::Rc::new(SPPELAN::new(b.params, input.channels, hidden, out)), Some(crate::block::Shape { channels: out, stride: input.stride })))
+    },
+};
+
+impl crate::block::Layer for SPPELAN {
+    fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
+        crate::block::Out::Map(SPPELAN::forward(self, inputs.remove(0), cx))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}

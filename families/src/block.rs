@@ -1,0 +1,129 @@
+//! What a topology's `block = "..."` names: a [`BlockKind`] (its arguments and how to build it)
+//! and the [`Layer`] it builds. A block is one file under `blocks/` with its `BLOCK` and one line
+//! in [`crate::blocks::BLOCKS`].
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use burn::tensor::Tensor;
+
+use crate::ctx::Ctx;
+use crate::params::Builder;
+use crate::topology::{Arg, TopologyError};
+
+/// A layer's output map, as the next layer sees it: channels and stride in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub channels: usize,
+    pub stride: usize,
+}
+
+/// What a layer makes: a feature map, or a head's maps (one a scale).
+pub enum Out {
+    Map(Tensor<4>),
+    Head(Vec<Tensor<4>>),
+}
+
+/// A built layer of a network.
+pub trait Layer: std::fmt::Debug {
+    fn forward(&self, inputs: Vec<Tensor<4>>, cx: &Ctx) -> Out;
+    /// The layer as `Any`, for the family code that reads a head's settings (its strides).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A kind of block a topology can name.
+pub struct BlockKind {
+    pub name: &'static str,
+    /// The arguments it takes (`args = { ... }`).
+    pub args: &'static [&'static str],
+    /// A head: its output is the network's (maps per scale), not a feature map.
+    pub head: bool,
+    pub build: fn(&mut BlockBuild<'_, '_>) -> Result<(Rc<dyn Layer>, Option<Shape>), TopologyError>,
+}
+
+impl std::fmt::Debug for BlockKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockKind").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// What a block is built from: its parameters' builder, its inputs' shapes, its arguments.
+pub struct BlockBuild<'a, 'b> {
+    pub params: &'a mut Builder<'b>,
+    pub inputs: &'a [Shape],
+    /// Classes (a head's output width).
+    pub nc: usize,
+    /// The layer's name.
+    pub name: &'a str,
+    pub args: Args<'a>,
+}
+
+impl BlockBuild<'_, '_> {
+    /// The one input of a block that takes one.
+    pub fn single(&self) -> Result<Shape, TopologyError> {
+        match self.inputs {
+            [one] => Ok(*one),
+            _ => Err(TopologyError::new(self.args.layer, Some("from"), format!("{} takes one input, got {}", self.args.block, self.inputs.len()))),
+        }
+    }
+}
+
+/// A layer's `args`, read key by key; unknown keys are reported by [`Args::finish`].
+pub struct Args<'a> {
+    pub layer: usize,
+    pub block: &'a str,
+    args: &'a BTreeMap<String, Arg>,
+    read: Vec<&'static str>,
+}
+
+impl<'a> Args<'a> {
+    pub fn new(layer: usize, block: &'a str, args: &'a BTreeMap<String, Arg>) -> Self {
+        Self { layer, block, args, read: vec![] }
+    }
+
+    /// A required positive integer.
+    pub fn usize(&mut self, key: &'static str) -> Result<usize, TopologyError> {
+        self.read.push(key);
+        match self.args.get(key) {
+            None => Err(TopologyError::new(self.layer, Some("args"), format!("block `{}` needs `args.{key}`", self.block))),
+            Some(Arg::Int(v)) if *v > 0 => Ok(*v as usize),
+            Some(other) => Err(TopologyError::new(self.layer, Some(&format!("args.{key}")), format!(
+                "`args.{key}` of block `{}` must be a positive integer, got {other:?}",
+                self.block
+            ))),
+        }
+    }
+
+    /// A positive integer, `default` when absent.
+    pub fn usize_or(&mut self, key: &'static str, default: usize) -> Result<usize, TopologyError> {
+        if self.args.contains_key(key) {
+            self.usize(key)
+        } else {
+            self.read.push(key);
+            Ok(default)
+        }
+    }
+
+    /// An error for the first argument the block did not read, naming what it takes.
+    pub fn finish(self, allowed: &[&str]) -> Result<(), TopologyError> {
+        if let Some(key) = self.args.keys().find(|k| !self.read.contains(&k.as_str())) {
+            let mut e = TopologyError::new(self.layer, Some(&format!("args.{key}")), format!("block `{}` takes no argument `{key}`", self.block));
+            e.help = did_you_mean(key, allowed).map(|k| format!("did you mean `{k}`?")).or_else(|| {
+                Some(format!("`{}` takes: {}", self.block, if allowed.is_empty() { "no arguments".to_string() } else { allowed.join(", ") }))
+            });
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// The candidate nearest `word`, if near enough to suggest.
+pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| (strsim::damerau_levenshtein(word, c), *c))
+        .filter(|(d, _)| *d <= (word.len() / 3).max(1))
+        .min()
+        .map(|(_, c)| c)
+}
