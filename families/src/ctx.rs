@@ -7,29 +7,28 @@ use std::collections::{HashMap, HashSet};
 use burn::tensor::{DType, Device, FloatDType, Gradients, Tensor};
 
 use crate::params::{ParamId, ParamStore, Value};
+use crate::tensor::AnyTensor;
 
-/// A parameter as the forward pass uses it.
+/// A parameter as the forward pass uses it (`None`: a count).
 #[derive(Debug, Clone)]
-enum Live {
-    Rank4(Tensor<4>),
-    Rank1(Tensor<1>),
-    None,
+struct Live(Option<AnyTensor>);
+
+macro_rules! live_rank {
+    ($name:ident, $variant:ident, $d:literal) => {
+        fn $name(&self, id: ParamId) -> Tensor<$d> {
+            match &self.0 {
+                Some(AnyTensor::$variant(t)) => t.clone(),
+                other => panic!("parameter {} is not rank {}: {other:?}", id.0, $d),
+            }
+        }
+    };
 }
 
 impl Live {
-    fn rank4(&self, id: ParamId) -> Tensor<4> {
-        match self {
-            Live::Rank4(t) => t.clone(),
-            other => panic!("parameter {} is not rank 4: {other:?}", id.0),
-        }
-    }
-
-    fn rank1(&self, id: ParamId) -> Tensor<1> {
-        match self {
-            Live::Rank1(t) => t.clone(),
-            other => panic!("parameter {} is not rank 1: {other:?}", id.0),
-        }
-    }
+    live_rank!(rank1, R1, 1);
+    live_rank!(rank2, R2, 2);
+    live_rank!(rank3, R3, 3);
+    live_rank!(rank4, R4, 4);
 }
 
 /// Batch statistics of one BatchNorm layer from a training forward, applied to the running
@@ -124,35 +123,19 @@ impl Ctx {
     }
 
     fn new(store: &ParamStore, training: bool, dtype: Option<FloatDType>) -> Self {
-        fn leaf<const D: usize>(t: &Tensor<D>, track: bool) -> Tensor<D> {
-            if track { t.clone().autodiff().require_grad() } else { t.clone() }
-        }
-        fn cast<const D: usize>(t: Tensor<D>, dtype: Option<FloatDType>) -> Tensor<D> {
-            match dtype {
-                Some(d) => t.cast(d),
-                None => t,
-            }
-        }
         let leaves: Vec<Live> = store
             .entries()
             .iter()
             .map(|e| {
                 let track = training && e.role.is_trainable();
-                match &e.value {
-                    Value::Rank4(t) => Live::Rank4(leaf(t, track)),
-                    Value::Rank1(t) => Live::Rank1(leaf(t, track)),
-                    Value::Count(_) => Live::None,
-                }
+                Live(match &e.value {
+                    Value::Float(t) if track => Some(crate::each_rank!(t, x => x.clone().autodiff().require_grad())),
+                    Value::Float(t) => Some(t.clone()),
+                    Value::Count(_) => None,
+                })
             })
             .collect();
-        let live = leaves
-            .iter()
-            .map(|l| match l {
-                Live::Rank4(t) => Live::Rank4(cast(t.clone(), dtype)),
-                Live::Rank1(t) => Live::Rank1(cast(t.clone(), dtype)),
-                Live::None => Live::None,
-            })
-            .collect();
+        let live = leaves.iter().map(|l| Live(l.0.as_ref().map(|t| dtype.map_or_else(|| t.clone(), |d| t.cast(d))))).collect();
         Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None }
     }
 
@@ -199,6 +182,14 @@ impl Ctx {
 
     pub fn rank4(&self, id: ParamId) -> Tensor<4> {
         self.live[id.0].rank4(id)
+    }
+
+    pub fn rank3(&self, id: ParamId) -> Tensor<3> {
+        self.live[id.0].rank3(id)
+    }
+
+    pub fn rank2(&self, id: ParamId) -> Tensor<2> {
+        self.live[id.0].rank2(id)
     }
 
     pub fn rank1(&self, id: ParamId) -> Tensor<1> {
@@ -266,14 +257,9 @@ impl Ctx {
             .iter()
             .enumerate()
             .filter_map(|(i, l)| {
-                let g = match l {
-                    Live::Rank4(t) => {
-                        let n = t.shape().num_elements();
-                        t.grad(grads).map(|g| g.reshape([n]))
-                    }
-                    Live::Rank1(t) => t.grad(grads),
-                    Live::None => None,
-                }?;
+                let t = l.0.as_ref()?;
+                let n = t.num_elements();
+                let g = crate::with_rank!(t, x => x.grad(grads).map(|g| g.reshape([n])))?;
                 Some((ParamId(i), g))
             })
             .collect()
@@ -295,9 +281,9 @@ impl ParamStore {
         for s in stats {
             for (id, batch) in [(s.running_mean, &s.mean), (s.running_var, &s.var_unbiased)] {
                 self.map_value(id, |value| match value {
-                    Value::Rank1(r) => {
+                    Value::Float(AnyTensor::R1(r)) => {
                         let batch = batch.clone().cast(FloatDType::from(r.dtype()));
-                        Value::Rank1(libreyolo_kernels::in_place::blend_const(r, batch, 1.0 - momentum, momentum))
+                        Value::Float(AnyTensor::R1(libreyolo_kernels::in_place::blend_const(r, batch, 1.0 - momentum, momentum)))
                     }
                     other => other,
                 });

@@ -5,20 +5,28 @@
 //! CUDA-graph replay requires, and save or load them under LibreYOLO's key names.
 
 use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::tensor::AnyTensor;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// What a tensor is for: the optimizer's parameter groups and the EMA are chosen by role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// Conv weight (weight decay applies).
+    /// Conv or linear weight (weight decay applies).
     Weight,
-    /// Conv bias (no weight decay).
+    /// Conv or linear bias (no weight decay).
     Bias,
     /// BatchNorm scale (no weight decay).
     BnWeight,
     /// BatchNorm shift (no weight decay).
     BnBias,
+    /// LayerNorm / GroupNorm scale (no weight decay).
+    NormWeight,
+    /// LayerNorm / GroupNorm shift (no weight decay).
+    NormBias,
+    /// A learned embedding (queries, positions; weight decay applies).
+    Embedding,
     /// BatchNorm running mean (a buffer: no gradient).
     RunningMean,
     /// BatchNorm running variance (a buffer: no gradient).
@@ -30,17 +38,21 @@ pub enum Role {
 impl Role {
     /// Trained by the optimizer.
     pub fn is_trainable(self) -> bool {
-        matches!(self, Role::Weight | Role::Bias | Role::BnWeight | Role::BnBias)
+        matches!(self, Role::Weight | Role::Bias | Role::BnWeight | Role::BnBias | Role::NormWeight | Role::NormBias | Role::Embedding)
+    }
+
+    /// Weight decay applies to it (LibreYOLO's parameter groups: weights, not biases or norms).
+    pub fn decays(self) -> bool {
+        matches!(self, Role::Weight | Role::Embedding)
     }
 }
 
 /// A stored value.
 #[derive(Debug, Clone)]
 pub enum Value {
-    /// Conv weights, `[out, in/groups, kh, kw]`.
-    Rank4(Tensor<4>),
-    /// Biases and BatchNorm vectors.
-    Rank1(Tensor<1>),
+    /// A float tensor of any rank: conv weights `[out, in/groups, kh, kw]`, linear weights
+    /// `[out, in]`, embeddings, vectors.
+    Float(AnyTensor),
     /// `num_batches_tracked`.
     Count(i64),
 }
@@ -48,8 +60,7 @@ pub enum Value {
 impl Value {
     pub fn shape(&self) -> Vec<usize> {
         match self {
-            Value::Rank4(t) => t.dims().to_vec(),
-            Value::Rank1(t) => t.dims().to_vec(),
+            Value::Float(t) => t.dims(),
             Value::Count(_) => vec![],
         }
     }
@@ -57,8 +68,15 @@ impl Value {
     /// The tensor as a flat vector (a view, no copy); `None` for a count.
     pub fn flat(&self) -> Option<Tensor<1>> {
         match self {
-            Value::Rank4(t) => Some(t.clone().reshape([t.shape().num_elements()])),
-            Value::Rank1(t) => Some(t.clone()),
+            Value::Float(t) => Some(t.flat()),
+            Value::Count(_) => None,
+        }
+    }
+
+    /// The float tensor, `None` for a count.
+    pub fn float(&self) -> Option<&AnyTensor> {
+        match self {
+            Value::Float(t) => Some(t),
             Value::Count(_) => None,
         }
     }
@@ -72,10 +90,7 @@ pub struct Entry {
 }
 
 /// A float tensor of a store, borrowed mutably (to snapshot and restore state in place).
-pub enum TensorMut<'a> {
-    Rank4(&'a mut Tensor<4>),
-    Rank1(&'a mut Tensor<1>),
-}
+pub type TensorMut<'a> = &'a mut AnyTensor;
 
 /// Index of an entry in a `ParamStore`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,14 +181,14 @@ impl ParamStore {
 
     pub fn rank4(&self, id: ParamId) -> &Tensor<4> {
         match &self.entries[id.0].value {
-            Value::Rank4(t) => t,
+            Value::Float(AnyTensor::R4(t)) => t,
             _ => panic!("{} is not a rank-4 tensor", self.entries[id.0].name),
         }
     }
 
     pub fn rank1(&self, id: ParamId) -> &Tensor<1> {
         match &self.entries[id.0].value {
-            Value::Rank1(t) => t,
+            Value::Float(AnyTensor::R1(t)) => t,
             _ => panic!("{} is not a rank-1 tensor", self.entries[id.0].name),
         }
     }
@@ -199,8 +214,7 @@ impl ParamStore {
             .iter_mut()
             .filter(|e| keep(e))
             .filter_map(|e| match &mut e.value {
-                Value::Rank4(t) => Some(TensorMut::Rank4(t)),
-                Value::Rank1(t) => Some(TensorMut::Rank1(t)),
+                Value::Float(t) => Some(t),
                 Value::Count(_) => None,
             })
             .collect()
@@ -209,11 +223,9 @@ impl ParamStore {
     /// Moves every tensor to `device`.
     pub fn to_device(&mut self, device: &Device) {
         for e in &mut self.entries {
-            e.value = match std::mem::replace(&mut e.value, Value::Count(0)) {
-                Value::Rank4(t) => Value::Rank4(t.to_device(device)),
-                Value::Rank1(t) => Value::Rank1(t.to_device(device)),
-                Value::Count(n) => Value::Count(n),
-            };
+            if let Value::Float(t) = &mut e.value {
+                *t = t.to_device(device);
+            }
         }
     }
 }
@@ -259,7 +271,7 @@ impl Builder<'_> {
         let fan_in = in_per_group * k * k;
         let values = self.uniform(out * fan_in, 1.0 / (fan_in as f32).sqrt());
         let t = Tensor::<4>::from_data(TensorData::new(values, [out, in_per_group, k, k]), &self.device);
-        self.store.push(self.key("weight"), Role::Weight, Value::Rank4(t))
+        self.store.push(self.key("weight"), Role::Weight, Value::Float(AnyTensor::R4(t)))
     }
 
     /// A conv bias with PyTorch's default init (same bound as its weight).
@@ -280,7 +292,38 @@ impl Builder<'_> {
     fn vector(&mut self, leaf: &str, role: Role, values: Vec<f32>) -> ParamId {
         let len = values.len();
         let t = Tensor::<1>::from_data(TensorData::new(values, [len]), &self.device);
-        self.store.push(self.key(leaf), role, Value::Rank1(t))
+        self.store.push(self.key(leaf), role, Value::Float(AnyTensor::R1(t)))
+    }
+
+    /// A linear weight `[out, in]` with PyTorch's default init: U(-1/sqrt(in), 1/sqrt(in)).
+    pub fn linear_weight(&mut self, out: usize, input: usize) -> ParamId {
+        let values = self.uniform(out * input, 1.0 / (input as f32).sqrt());
+        let t = Tensor::<2>::from_data(TensorData::new(values, [out, input]), &self.device);
+        self.store.push(self.key("weight"), Role::Weight, Value::Float(AnyTensor::R2(t)))
+    }
+
+    /// A linear bias with PyTorch's default init (the bound of its weight).
+    pub fn linear_bias(&mut self, out: usize, input: usize) -> ParamId {
+        let values = self.uniform(out, 1.0 / (input as f32).sqrt());
+        self.vector("bias", Role::Bias, values)
+    }
+
+    /// A LayerNorm's scale (ones) and shift (zeros), as PyTorch initialises them.
+    pub fn norm(&mut self, channels: usize) -> (ParamId, ParamId) {
+        (self.constant("weight", Role::NormWeight, channels, 1.0), self.constant("bias", Role::NormBias, channels, 0.0))
+    }
+
+    /// An embedding `[n, dim]` with PyTorch's default init, N(0, 1) (Box-Muller on this
+    /// builder's RNG).
+    pub fn embedding(&mut self, leaf: &str, n: usize, dim: usize) -> ParamId {
+        let values: Vec<f32> = (0..n * dim)
+            .map(|_| {
+                let (u1, u2) = (self.rng.random_range(f32::EPSILON..1.0), self.rng.random_range(0.0..1.0f32));
+                (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+            })
+            .collect();
+        let t = Tensor::<2>::from_data(TensorData::new(values, [n, dim]), &self.device);
+        self.store.push(self.key(leaf), Role::Embedding, Value::Float(AnyTensor::R2(t)))
     }
 
     fn uniform(&mut self, n: usize, bound: f32) -> Vec<f32> {
@@ -292,11 +335,65 @@ impl ParamStore {
     /// Casts every float tensor to `dtype` (mixed-precision working copies, benchmarks).
     pub fn cast(&mut self, dtype: burn::tensor::FloatDType) {
         for e in &mut self.entries {
-            e.value = match std::mem::replace(&mut e.value, Value::Count(0)) {
-                Value::Rank4(t) => Value::Rank4(t.cast(dtype)),
-                Value::Rank1(t) => Value::Rank1(t.cast(dtype)),
-                Value::Count(n) => Value::Count(n),
-            };
+            if let Value::Float(t) = &mut e.value {
+                *t = t.cast(dtype);
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Tensor};
+
+    use super::*;
+    use crate::ctx::Ctx;
+
+    /// A transformer family's parameters: a linear weight `[out, in]` and bias, a LayerNorm's
+    /// scale and shift, an embedding table. Each is trainable with its role's decay, takes a
+    /// gradient through a training context, and round-trips through a safetensors file.
+    #[test]
+    fn linear_norm_and_embedding_parameters_train_and_round_trip() {
+        let device = Device::flex();
+        let mut state = BuildState::new(7);
+        let mut b = state.builder(&device);
+        let (w, bias) = { let mut l = b.pp("proj"); (l.linear_weight(3, 4), l.linear_bias(3, 4)) };
+        let (gamma, beta) = b.pp("norm").norm(3);
+        let table = b.pp("queries").embedding("weight", 5, 4);
+        let store = state.store;
+        assert_eq!(store.entry(w).value.shape(), vec![3, 4]);
+        assert_eq!(store.entry(table).value.shape(), vec![5, 4]);
+        assert!([w, bias, gamma, beta, table].iter().all(|&id| store.entry(id).role.is_trainable()));
+        assert_eq!([w, bias, gamma, beta, table].map(|id| store.entry(id).role.decays()), [true, false, false, false, true]);
+        assert_eq!(store.num_parameters(), 12 + 3 + 3 + 3 + 20);
+
+        // y = norm-free affine of (queries @ W^T + b): every parameter reaches the loss.
+        let cx = Ctx::train(&store);
+        let y = cx.rank2(table).matmul(cx.rank2(w).transpose()).add(cx.rank1(bias).unsqueeze::<2>());
+        let y = y.mul(cx.rank1(gamma).unsqueeze::<2>()).add(cx.rank1(beta).unsqueeze::<2>());
+        let grads = cx.gradients(&y.sum().backward());
+        let ids: Vec<usize> = grads.iter().map(|(id, _)| id.0).collect();
+        assert_eq!(ids, vec![w.0, bias.0, gamma.0, beta.0, table.0]);
+        assert_eq!(grads[0].1.dims(), [12], "a rank-2 gradient comes back flat");
+        // d(sum y)/d beta = the number of rows.
+        let dbeta = grads[3].1.clone().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        assert_eq!(dbeta, vec![5.0; 3]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        crate::weights::write(&path, crate::weights::owned(&store, ""), None).unwrap();
+        let mut fresh = BuildState::new(8);
+        let mut b = fresh.builder(&device);
+        { let mut l = b.pp("proj"); l.linear_weight(3, 4); l.linear_bias(3, 4); }
+        b.pp("norm").norm(3);
+        b.pp("queries").embedding("weight", 5, 4);
+        let mut loaded = fresh.store;
+        crate::weights::load_prefixed(&mut loaded, &path, "", false).unwrap();
+        let flat = |s: &ParamStore, id: ParamId| s.entry(id).value.flat().unwrap().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        for id in [w, bias, table] {
+            assert_eq!(flat(&loaded, id), flat(&store, id));
+        }
+        assert_eq!(loaded.entry(table).value.shape(), vec![5, 4]);
+        let _ = Tensor::<1>::zeros([1], &device);
     }
 }

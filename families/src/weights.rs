@@ -162,13 +162,10 @@ fn load_from(store: &mut ParamStore, path: &Path, file: &dyn TensorFile, prefix:
         let Some(shape) = file.shape(&key(&entry.name)) else { continue };
         let (dtype, bytes) = file.bytes(&key(&entry.name)).map_err(|m| format_err(format!("{}: {m}", entry.name)))?;
         entry.value = match &entry.value {
-            Value::Rank4(t) => {
+            Value::Float(t) => {
                 let data = TensorData::new(floats(dtype, &bytes).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, shape);
-                Value::Rank4(Tensor::from_data(data, &t.device()))
-            }
-            Value::Rank1(t) => {
-                let data = TensorData::new(floats(dtype, &bytes).map_err(|m| format_err(format!("{}: {m}", entry.name)))?, shape);
-                Value::Rank1(Tensor::from_data(data, &t.device()))
+                let device = t.device();
+                Value::Float(crate::each_rank!(t, _x => Tensor::from_data(data.clone(), &device)))
             }
             Value::Count(_) => Value::Count(integer(dtype, &bytes).map_err(|m| format_err(format!("{}: {m}", entry.name)))?),
         };
@@ -205,8 +202,7 @@ pub fn owned(store: &ParamStore, prefix: &str) -> Vec<Owned> {
         .iter()
         .map(|e| {
             let (dtype, bytes) = match &e.value {
-                Value::Rank4(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
-                Value::Rank1(t) => (Dtype::F32, f32_bytes(t.clone().into_data())),
+                Value::Float(t) => (Dtype::F32, f32_bytes(t.flat().into_data())),
                 Value::Count(n) => (Dtype::I64, n.to_le_bytes().to_vec()),
             };
             (format!("{prefix}{}", e.name), dtype, e.value.shape(), bytes)

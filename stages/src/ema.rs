@@ -36,8 +36,7 @@ impl Ema {
             let id = libreyolo_families::ParamId(i);
             let source = model.entry(id).value.clone();
             self.store.map_value(id, |average| match (average, source) {
-                (Value::Rank4(e), Value::Rank4(m)) => Value::Rank4(blend(e, m, &d.decay, &d.one_minus)),
-                (Value::Rank1(e), Value::Rank1(m)) => Value::Rank1(blend(e, m, &d.decay, &d.one_minus)),
+                (Value::Float(e), Value::Float(m)) => Value::Float(libreyolo_families::each_rank2!(e, m, e, m => blend(e, m, &d.decay, &d.one_minus))),
                 (count @ Value::Count(_), Value::Count(_)) => count,
                 _ => unreachable!("the EMA mirrors the model"),
             });
@@ -85,8 +84,7 @@ pub fn deep_copy(store: &ParamStore) -> ParamStore {
     for i in 0..out.len() {
         let e = out.entry_mut(libreyolo_families::ParamId(i));
         e.value = match &e.value {
-            Value::Rank4(t) => Value::Rank4(t.clone().mul_scalar(1.0)),
-            Value::Rank1(t) => Value::Rank1(t.clone().mul_scalar(1.0)),
+            Value::Float(t) => Value::Float(t.deep_copy()),
             Value::Count(n) => Value::Count(*n),
         };
     }

@@ -154,8 +154,12 @@ pub trait Stage {
     fn state(&self, _visit: &mut dyn FnMut(StateMut<'_>)) {}
 }
 
-/// A state tensor, borrowed mutably.
-pub use libreyolo_families::params::TensorMut as StateMut;
+/// A state tensor, borrowed mutably: one of the store's, or an optimizer's or loss scale's
+/// vector.
+pub enum StateMut<'a> {
+    Any(&'a mut AnyTensor),
+    Vector(&'a mut Tensor<1>),
+}
 
 /// Where a step is.
 #[derive(Debug, Clone, Copy, Default)]
@@ -166,112 +170,7 @@ pub struct StepInfo {
     pub last_micro: bool,
 }
 
-/// A device tensor of any rank.
-#[derive(Debug, Clone)]
-pub enum AnyTensor {
-    R1(Tensor<1>),
-    R2(Tensor<2>),
-    R3(Tensor<3>),
-    R4(Tensor<4>),
-}
-
-macro_rules! each_rank {
-    ($v:expr, $t:ident => $e:expr) => {
-        match $v {
-            AnyTensor::R1($t) => AnyTensor::R1($e),
-            AnyTensor::R2($t) => AnyTensor::R2($e),
-            AnyTensor::R3($t) => AnyTensor::R3($e),
-            AnyTensor::R4($t) => AnyTensor::R4($e),
-        }
-    };
-}
-
-impl AnyTensor {
-    pub fn dims(&self) -> Vec<usize> {
-        match self {
-            AnyTensor::R1(t) => t.dims().to_vec(),
-            AnyTensor::R2(t) => t.dims().to_vec(),
-            AnyTensor::R3(t) => t.dims().to_vec(),
-            AnyTensor::R4(t) => t.dims().to_vec(),
-        }
-    }
-
-    /// The tensor without its autodiff history (what a graph's output buffer holds).
-    pub fn inner(&self) -> AnyTensor {
-        each_rank!(self, t => t.clone().inner())
-    }
-
-    /// A leaf of a new autodiff graph on the same buffer.
-    pub fn leaf(&self) -> AnyTensor {
-        each_rank!(self, t => t.clone().inner().autodiff().require_grad())
-    }
-
-    /// The gradient of this leaf in `grads` (zeros when it did not reach the objective).
-    pub fn grad(&self, grads: &burn::tensor::Gradients) -> AnyTensor {
-        each_rank!(self, t => t.grad(grads).unwrap_or_else(|| t.clone().inner().zeros_like()))
-    }
-
-    /// `sum(self * other)` as `[1]` (self keeps its autodiff; `other` is a constant).
-    pub fn dot(&self, other: &AnyTensor) -> Tensor<1> {
-        match (self, other) {
-            (AnyTensor::R1(a), AnyTensor::R1(b)) => a.clone().mul(b.clone().autodiff()).sum(),
-            (AnyTensor::R2(a), AnyTensor::R2(b)) => a.clone().mul(b.clone().autodiff()).sum(),
-            (AnyTensor::R3(a), AnyTensor::R3(b)) => a.clone().mul(b.clone().autodiff()).sum(),
-            (AnyTensor::R4(a), AnyTensor::R4(b)) => a.clone().mul(b.clone().autodiff()).sum(),
-            _ => panic!("dot of tensors of different ranks"),
-        }
-    }
-
-    /// `sum(self^2)` as `[1]`, detached.
-    pub fn sum_squares(&self) -> Tensor<1> {
-        match self {
-            AnyTensor::R1(t) => t.clone().inner().square().sum(),
-            AnyTensor::R2(t) => t.clone().inner().square().sum(),
-            AnyTensor::R3(t) => t.clone().inner().square().sum(),
-            AnyTensor::R4(t) => t.clone().inner().square().sum(),
-        }
-    }
-
-    /// `self + other` (the same rank).
-    pub fn add(&self, other: &AnyTensor) -> AnyTensor {
-        match (self, other) {
-            (AnyTensor::R1(a), AnyTensor::R1(b)) => AnyTensor::R1(a.clone().add(b.clone())),
-            (AnyTensor::R2(a), AnyTensor::R2(b)) => AnyTensor::R2(a.clone().add(b.clone())),
-            (AnyTensor::R3(a), AnyTensor::R3(b)) => AnyTensor::R3(a.clone().add(b.clone())),
-            (AnyTensor::R4(a), AnyTensor::R4(b)) => AnyTensor::R4(a.clone().add(b.clone())),
-            _ => panic!("sum of tensors of different ranks"),
-        }
-    }
-
-    /// A copy in a fresh, uniquely owned buffer: a buffer a graph can read in place.
-    pub fn fresh_copy(&self) -> AnyTensor {
-        fn copy<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
-            let mut out = t.clone().inner().zeros_like();
-            libreyolo_families::params::write_into(&mut out, t.clone().inner());
-            out
-        }
-        each_rank!(self, t => copy(t))
-    }
-
-    /// Writes `new` (same rank and shape) into this tensor's own buffer. Fails when the buffer
-    /// is shared: the write would then land in a new buffer that a graph never reads.
-    pub fn refresh(&mut self, new: &AnyTensor, require_unique: bool) -> Result<(), String> {
-        fn write<const D: usize>(t: &mut Tensor<D>, new: &Tensor<D>, unique: bool) -> Result<(), String> {
-            if unique && !t.can_mut() {
-                return Err("a stable input buffer is shared, so an in-place refresh would not reach the graph".into());
-            }
-            libreyolo_families::params::write_into(t, new.clone().inner());
-            Ok(())
-        }
-        match (self, new) {
-            (AnyTensor::R1(t), AnyTensor::R1(n)) => write(t, n, require_unique),
-            (AnyTensor::R2(t), AnyTensor::R2(n)) => write(t, n, require_unique),
-            (AnyTensor::R3(t), AnyTensor::R3(n)) => write(t, n, require_unique),
-            (AnyTensor::R4(t), AnyTensor::R4(n)) => write(t, n, require_unique),
-            _ => Err("a refresh of another rank".into()),
-        }
-    }
-}
+pub use libreyolo_families::tensor::AnyTensor;
 
 /// A loss: the differentiable total and its named parts (detached, for logging), LibreYOLO's
 /// `box_loss`, `dfl_loss`, ... in the order the progress bar shows them.
@@ -358,6 +257,31 @@ impl Value {
             Value::Grads(g) => g.iter().map(|(_, t)| AnyTensor::R1(t.clone())).collect(),
             Value::Tensors(t) => t.clone(),
         }
+    }
+
+    /// The same value with each tensor replaced by `f` of it, the tensors moved (no handle is
+    /// cloned: a buffer owned by this value stays uniquely owned).
+    pub fn try_map_tensors<E>(self, mut f: impl FnMut(AnyTensor) -> Result<AnyTensor, E>) -> Result<Value, E> {
+        fn r1(t: AnyTensor) -> Tensor<1> {
+            match t {
+                AnyTensor::R1(t) => t,
+                other => panic!("expected a rank-1 tensor, got {:?}", other.dims()),
+            }
+        }
+        Ok(match self {
+            Value::Batch(_) | Value::Event => self,
+            Value::Tensor(t) => Value::Tensor(f(t)?),
+            Value::Activations(a) => {
+                Value::Activations(Activations { groups: a.groups.into_iter().map(|g| g.into_iter().map(&mut f).collect::<Result<_, E>>()).collect::<Result<_, E>>()? })
+            }
+            Value::Loss(l) => {
+                let total = r1(f(AnyTensor::R1(l.total))?);
+                let parts = l.parts.into_iter().map(|(n, t)| Ok((n, r1(f(AnyTensor::R1(t))?)))).collect::<Result<_, E>>()?;
+                Value::Loss(LossTerms { total, parts })
+            }
+            Value::Grads(g) => Value::Grads(g.into_iter().map(|(id, t)| Ok((id, r1(f(AnyTensor::R1(t))?)))).collect::<Result<_, E>>()?),
+            Value::Tensors(v) => Value::Tensors(v.into_iter().map(f).collect::<Result<_, E>>()?),
+        })
     }
 
     /// The tensors autodiff follows: activations, a loss's total.

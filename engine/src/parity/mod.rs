@@ -187,13 +187,13 @@ fn network_parity(io: &Fixture, network: &Network, params: &ParamStore, device: 
             continue;
         };
         match &params.entry(id).value {
-            Value::Rank1(t) => {
+            Value::Float(libreyolo_families::tensor::AnyTensor::R1(t)) => {
                 let expected = io.get(&name).to_f32();
                 let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
                 bn_rel = bn_rel.max(max_abs_diff(&read(t).1, &expected) / scale);
             }
             Value::Count(n) => counts_match &= *n as f64 == io.get(&name).scalar(),
-            Value::Rank4(_) => counts_match = false,
+            Value::Float(_) => counts_match = false,
         }
     }
     NetworkParity {

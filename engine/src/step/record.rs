@@ -30,9 +30,8 @@ use std::rc::Rc;
 
 use burn::backend::{Backend, BackendGraph, Dispatch};
 use burn::tensor::Tensor;
-use libreyolo_families::params::TensorMut;
 use libreyolo_stages::kinds::optimizer::{Saved, save_one, write_saved};
-use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StepInfo, Value};
+use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StateMut, StepInfo, Value};
 
 use super::exec::{Core, Mode, Tapes};
 use crate::capture::{GraphOps, one_graph};
@@ -93,10 +92,10 @@ fn moved(stages: &[Rc<dyn Stage>], saved: &[Saved]) -> Option<Tensor<1>> {
     let mut sums: Vec<Tensor<1>> = vec![];
     for s in stages {
         s.state(&mut |t| {
-            let d = match (t, it.next().expect("compared in the order saved")) {
-                (TensorMut::Rank4(now), Saved::Rank4(was)) => now.clone().sub(was.clone()).square().sum(),
-                (TensorMut::Rank1(now), Saved::Rank1(was)) => now.clone().sub(was.clone()).square().sum(),
-                _ => unreachable!("saved in the same order"),
+            let was = it.next().expect("compared in the order saved");
+            let d = match t {
+                StateMut::Any(now) => now.squared_distance(was),
+                StateMut::Vector(now) => AnyTensor::R1(now.clone()).squared_distance(was),
             };
             sums.push(d);
         });
@@ -117,21 +116,21 @@ fn stable_copies(board: &Board, slots: &[Slot]) -> Vec<(Slot, Value)> {
         .collect()
 }
 
-/// Writes the step's values into stable buffers, in place.
+/// Writes the step's values into stable buffers, in place. The stable values are taken apart
+/// by move (a cloned handle would make their buffers look shared) and put back together.
 fn refresh(stable: &mut [(Slot, Value)], board: &Board, hardware: bool) -> Result<(), String> {
     for (slot, value) in stable.iter_mut() {
         let new = board.get(*slot).ok_or("a graph's input has no value this step")?.tensors();
-        let mut tensors = value.tensors();
-        if tensors.len() != new.len() {
-            return Err("a graph's input changed its number of tensors".into());
-        }
-        for (t, n) in tensors.iter_mut().zip(&new) {
+        let mut new = new.iter();
+        let taken = std::mem::replace(value, Value::Event);
+        *value = taken.try_map_tensors(|mut t| {
+            let n = new.next().ok_or("a graph's input changed its number of tensors")?;
             if t.dims() != n.dims() {
                 return Err(format!("a graph's input changed shape ({:?} -> {:?})", t.dims(), n.dims()));
             }
             t.refresh(n, hardware)?;
-        }
-        *value = value.with_tensors(tensors);
+            Ok(t)
+        })?;
     }
     Ok(())
 }
@@ -189,6 +188,9 @@ impl RegionOps<'_> {
     /// `n` warm-up runs of the region from the saved state, each measured into `figures`;
     /// returns their times for the log.
     fn warm_up(&self, n: usize, entry: &[(Slot, Value)], writers: &[Rc<dyn Stage>], saved: &[Saved], figures: &mut Vec<(f64, f64)>) -> Result<String, String> {
+        // Allocations from here on come from the pool the first window records into (burn's
+        // `capture` prepares before its warm-up too).
+        let _ = Dispatch::graph_prepare(self.core.device.as_dispatch());
         let mut times = vec![];
         for _ in 0..n {
             let started = std::time::Instant::now();
@@ -231,16 +233,18 @@ impl RegionOps<'_> {
             let stable = stable_copies(&b, &own);
             put_all(&mut b, &stable);
             if !recorded.is_empty() {
-                // The pools grow for this window's temporaries outside it.
+                // The earlier windows' pages are reserved to their graphs: one more eager run
+                // grows the pools for this window's temporaries outside it, then the pool is
+                // prepared for this window (as LibreYOLO's two graphs were recorded).
                 let mut grow = self.board.clone();
                 put_all(&mut grow, entry);
                 self.run_eager(&mut grow, true).map_err(fail)?;
                 let _ = core.device.sync();
                 drop(grow);
                 restore(writers, saved);
+                let _ = Dispatch::graph_prepare(d);
             }
             let _ = core.device.sync();
-            let _ = Dispatch::graph_prepare(d);
             let window = Dispatch::graph_start_capture(d).is_ok();
             let mode = Mode { in_graph: true, hardware: window };
             let mut ran = Ok(());

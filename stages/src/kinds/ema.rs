@@ -46,7 +46,7 @@ impl Stage for EmaStage {
 
     fn state(&self, visit: &mut dyn FnMut(StateMut<'_>)) {
         if let Some(ema) = &self.update.ema {
-            ema.borrow_mut().tensors_mut().into_iter().for_each(visit);
+            ema.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(StateMut::Any(t)));
         }
     }
 }

@@ -109,7 +109,7 @@ impl Stage for NetworkBackward {
     /// The BatchNorm running statistics, which the backward folds the batch statistics into.
     fn state(&self, visit: &mut dyn FnMut(StateMut<'_>)) {
         for t in self.params.borrow_mut().tensors_mut_of(|r| matches!(r, Role::RunningMean | Role::RunningVar)) {
-            visit(t);
+            visit(StateMut::Any(t));
         }
     }
 }
@@ -118,11 +118,7 @@ impl Stage for NetworkBackward {
 /// shares: its in-place update would land in a new buffer.
 pub fn shared(store: &ParamStore, which: impl Fn(Role) -> bool) -> Option<String> {
     store.entries().iter().filter(|e| which(e.role)).find_map(|e| {
-        let unique = match &e.value {
-            libreyolo_families::Value::Rank4(t) => t.can_mut(),
-            libreyolo_families::Value::Rank1(t) => t.can_mut(),
-            libreyolo_families::Value::Count(_) => true,
-        };
+        let unique = e.value.float().is_none_or(|t| t.can_mut());
         (!unique).then(|| e.name.clone())
     })
 }

@@ -10,10 +10,10 @@ use std::rc::Rc;
 
 use burn::tensor::{Bool, Tensor};
 use libreyolo_families::ParamStore;
-use libreyolo_families::params::{TensorMut, write_into};
+use libreyolo_families::params::write_into;
 
 use crate::loss_scale::{LossScale, read_finite};
-use crate::stage::{Autodiff, Io, Kind, Stage, StateMut, StepInfo, Ty, Update, Value, no_collective, port};
+use crate::stage::{AnyTensor, Autodiff, Io, Kind, Stage, StateMut, StepInfo, Ty, Update, Value, no_collective, port};
 
 pub static KIND: Kind = Kind {
     name: "optimizer",
@@ -86,42 +86,40 @@ impl Stage for OptimizerStage {
 
     /// The trainable parameters, the optimizer's state and the loss scale.
     fn state(&self, visit: &mut dyn FnMut(StateMut<'_>)) {
-        self.params.borrow_mut().tensors_mut_of(|r| r.is_trainable()).into_iter().for_each(&mut *visit);
-        self.update.optim.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(TensorMut::Rank1(t)));
+        self.params.borrow_mut().tensors_mut_of(|r| r.is_trainable()).into_iter().for_each(|t| visit(StateMut::Any(t)));
+        self.update.optim.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(StateMut::Vector(t)));
         if let Some(s) = &self.scaler {
-            s.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(TensorMut::Rank1(t)));
+            s.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(StateMut::Vector(t)));
         }
     }
 }
 
-/// A saved tensor.
-pub enum Saved {
-    Rank4(Tensor<4>),
-    Rank1(Tensor<1>),
-}
+/// A state tensor as saved: a copy in a buffer of its own.
+pub type Saved = AnyTensor;
 
-/// Deep copies of `tensors` (their own buffers).
-pub fn save(tensors: Vec<TensorMut<'_>>) -> Vec<Saved> {
-    tensors.into_iter().map(|t| save_one(t)).collect()
-}
-
-pub fn save_one(t: TensorMut<'_>) -> Saved {
+/// A deep copy of `t`.
+pub fn save_one(t: StateMut<'_>) -> Saved {
     match t {
-        TensorMut::Rank4(t) => Saved::Rank4(t.clone().mul_scalar(1.0)),
-        TensorMut::Rank1(t) => Saved::Rank1(t.clone().mul_scalar(1.0)),
+        StateMut::Any(t) => t.deep_copy(),
+        StateMut::Vector(t) => AnyTensor::R1(t.clone().mul_scalar(1.0)),
     }
 }
 
+/// Deep copies of `tensors`.
+pub fn save(tensors: Vec<StateMut<'_>>) -> Vec<Saved> {
+    tensors.into_iter().map(save_one).collect()
+}
+
 /// What an optimizer step writes: the trainable parameters and the optimizer's state.
-fn updated<'a>(params: &'a mut ParamStore, optim: &'a mut dyn crate::optim::Optimizer) -> Vec<TensorMut<'a>> {
-    let mut out = params.trainable_tensors_mut();
-    out.extend(optim.tensors_mut().into_iter().map(TensorMut::Rank1));
+fn updated<'a>(params: &'a mut ParamStore, optim: &'a mut dyn crate::optim::Optimizer) -> Vec<StateMut<'a>> {
+    let mut out: Vec<StateMut<'a>> = params.trainable_tensors_mut().into_iter().map(StateMut::Any).collect();
+    out.extend(optim.tensors_mut().into_iter().map(StateMut::Vector));
     out
 }
 
 /// Puts `kept` back into `tensors`, in place, unless `finite` (`[1]`, on the device) holds:
 /// a skipped step decided without reading anything back.
-fn keep_unless(finite: &Tensor<1, Bool>, tensors: Vec<TensorMut<'_>>, kept: &[Saved]) {
+fn keep_unless(finite: &Tensor<1, Bool>, tensors: Vec<StateMut<'_>>, kept: &[Saved]) {
     for (t, old) in tensors.into_iter().zip(kept) {
         write_saved(t, old, Some(finite));
     }
@@ -129,22 +127,24 @@ fn keep_unless(finite: &Tensor<1, Bool>, tensors: Vec<TensorMut<'_>>, kept: &[Sa
 
 /// Writes `saved` into `t`, in place; with `unless`, only where it is false (`[1]`, on the
 /// device), `t` keeping its value where it holds.
-pub fn write_saved(t: TensorMut<'_>, saved: &Saved, unless: Option<&Tensor<1, Bool>>) {
-    match (t, saved) {
-        (TensorMut::Rank4(t), Saved::Rank4(old)) => {
-            let value = match unless {
-                Some(keep_new) => old.clone().mask_where(keep_new.clone().reshape([1, 1, 1, 1]).expand(t.dims()), t.clone()),
-                None => old.clone(),
-            };
-            write_into(t, value);
+pub fn write_saved(t: StateMut<'_>, saved: &Saved, unless: Option<&Tensor<1, Bool>>) {
+    fn select<const D: usize>(old: &Tensor<D>, now: &Tensor<D>, unless: Option<&Tensor<1, Bool>>) -> Tensor<D> {
+        match unless {
+            Some(keep_new) => old.clone().mask_where(keep_new.clone().reshape([1; D]).expand(now.dims()), now.clone()),
+            None => old.clone(),
         }
-        (TensorMut::Rank1(t), Saved::Rank1(old)) => {
-            let value = match unless {
-                Some(keep_new) => old.clone().mask_where(keep_new.clone().expand(t.dims()), t.clone()),
-                None => old.clone(),
-            };
-            write_into(t, value);
+    }
+    match t {
+        StateMut::Vector(t) => match saved {
+            AnyTensor::R1(old) => {
+                let value = select(old, t, unless);
+                write_into(t, value);
+            }
+            _ => unreachable!("written back in the order saved"),
+        },
+        StateMut::Any(t) => {
+            let value = libreyolo_families::each_rank2!(saved, &*t, old, now => select(old, now, unless));
+            t.write(value);
         }
-        _ => unreachable!("written back in the order saved"),
     }
 }

@@ -14,20 +14,21 @@ pub use sgd::Sgd;
 
 /// Weight decay of a parameter by its role.
 pub fn decay_for(role: Role, weight_decay: f64) -> f64 {
-    if role == Role::Weight { weight_decay } else { 0.0 }
+    if role.decays() { weight_decay } else { 0.0 }
 }
 
 /// Writes `update(p)` into the parameter `id` in place (same shape; see
 /// [`update_in_place`] for when the buffer is guaranteed to stay).
 pub(crate) fn update_param(store: &mut ParamStore, id: ParamId, update: impl FnOnce(Tensor<1>) -> Tensor<1>) {
     let stable = store.stable_buffers();
-    match &mut store.entry_mut(id).value {
-        Value::Rank4(t) => {
-            let dims = t.dims();
-            update_in_place(t, stable, |p| update(p.reshape([dims.iter().product::<usize>()])).reshape(dims));
+    if let Value::Float(t) = &mut store.entry_mut(id).value {
+        match t {
+            libreyolo_families::tensor::AnyTensor::R1(t) => update_in_place(t, stable, update),
+            t => {
+                let new = t.unflat(update(t.flat()));
+                if stable { t.write(new) } else { *t = new }
+            }
         }
-        Value::Rank1(t) => update_in_place(t, stable, update),
-        Value::Count(_) => {}
     }
 }
 

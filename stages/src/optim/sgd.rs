@@ -39,16 +39,11 @@ impl Optimizer for Sgd {
             let buf = self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like());
             let mut new_buf = None;
             store.map_value(id, |value| match value {
-                Value::Rank4(p) => {
+                Value::Float(p) => Value::Float(libreyolo_families::each_rank!(p, p => {
                     let (p, b) = sgd_step(p, buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
                     new_buf = Some(b);
-                    Value::Rank4(p)
-                }
-                Value::Rank1(p) => {
-                    let (p, b) = sgd_step(p, buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
-                    new_buf = Some(b);
-                    Value::Rank1(p)
-                }
+                    p
+                })),
                 Value::Count(_) => unreachable!("counts have no gradient"),
             });
             self.buffers.insert(id, new_buf.expect("a trainable tensor was updated"));
