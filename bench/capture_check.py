@@ -46,6 +46,12 @@ MODES = {
     "eager_dry_run": ["cuda_graph=false"],
     "eager_no_dry_run": ["cuda_graph=false"],
     "two_graphs": CONTRACT,
+    # More markings of the seam table (docs/manifest.md), each against eager over the epoch.
+    "forward_loss": marks("forward", "loss"),
+    "contract_update": marks("forward", "backward", "optimizer", "ema"),
+    "two_segments": marks("forward", "optimizer", "ema"),
+    "until_neck": CONTRACT + ["stage.forward.until=neck.elan_down2"],
+    "until_neck_rest": WHOLE + ["stage.forward.until=neck.elan_down2"],
     "whole_step": WHOLE,
     # The whole step's code path (in-place updates, the segment's own forward/loss/backward)
     # run eager: the threshold is never reached. What the replay must reproduce exactly where
@@ -67,7 +73,7 @@ MODES.update(BASE_MODES)
 ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"},
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
-PAIRS = [("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
+PAIRS = [("forward_loss", "eager"), ("contract_update", "eager"), ("two_segments", "eager"), ("until_neck", "eager"), ("until_neck_rest", "eager"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
          ("eager", "eager_base"), ("whole_step", "whole_step_base"), ("two_graphs", "two_graphs_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 

@@ -127,3 +127,18 @@ pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
         .min()
         .map(|(_, c)| c)
 }
+
+/// `impl Layer` for a block of one input whose `forward(x, cx)` makes a feature map.
+#[macro_export]
+macro_rules! one_input_layer {
+    ($ty:ident) => {
+        impl $crate::block::Layer for $ty {
+            fn forward(&self, mut inputs: Vec<burn::tensor::Tensor<4>>, cx: &$crate::ctx::Ctx) -> $crate::block::Out {
+                $crate::block::Out::Map($ty::forward(self, inputs.remove(0), cx))
+            }
+            fn as_any(&self) -> &dyn std::any::Any {
+                self
+            }
+        }
+    };
+}

@@ -86,6 +86,37 @@ pub fn restore(stages: &[Rc<dyn Stage>], saved: &[Saved]) {
     }
 }
 
+/// The state tensors themselves (their handles, not copies), to put back with [`put_back`].
+/// While they are held, a write to them cannot happen in place: it lands in a new buffer, and
+/// putting the held ones back discards it with the original buffers untouched.
+fn hold(stages: &[Rc<dyn Stage>]) -> Vec<AnyTensor> {
+    let mut out = vec![];
+    for s in stages {
+        s.state(&mut |t| {
+            out.push(match t {
+                StateMut::Any(t) => t.clone(),
+                StateMut::Vector(t) => AnyTensor::R1(t.clone()),
+            })
+        });
+    }
+    out
+}
+
+/// Puts the tensors [`hold`] took back in place of whatever the state holds now.
+fn put_back(stages: &[Rc<dyn Stage>], held: Vec<AnyTensor>) {
+    let mut it = held.into_iter();
+    for s in stages {
+        s.state(&mut |t| {
+            let h = it.next().expect("put back in the order held");
+            match (t, h) {
+                (StateMut::Any(t), h) => *t = h,
+                (StateMut::Vector(t), AnyTensor::R1(h)) => *t = h,
+                _ => unreachable!("held in the same order"),
+            }
+        });
+    }
+}
+
 /// How far the state moved from `saved`: the sum of squares of the differences, on the device.
 fn moved(stages: &[Rc<dyn Stage>], saved: &[Saved]) -> Option<Tensor<1>> {
     let mut it = saved.iter();
@@ -208,7 +239,7 @@ impl RegionOps<'_> {
     }
 
     /// The capture pass: each graph recorded in a window, the eager items between them run.
-    fn pass(&self, entry: &[(Slot, Value)], writers: &[Rc<dyn Stage>], saved: &[Saved]) -> Result<Vec<Recorded>, PassError> {
+    fn pass(&self, entry: &[(Slot, Value)], writers: &[Rc<dyn Stage>]) -> Result<Vec<Recorded>, PassError> {
         let core = self.core;
         let d = core.device.as_dispatch();
         let mut b = self.board.clone();
@@ -223,10 +254,16 @@ impl RegionOps<'_> {
         for s in region {
             let seg = &core.program.segments[s];
             if !seg.graph {
+                // The eager items between windows compute on outputs no window has written yet:
+                // what they write of the state is discarded, and the state keeps the buffers the
+                // recorded graphs read (a capture tape holds the parameters here, so their
+                // writes could not be in place anyway).
+                let held = hold(writers);
                 for i in seg.items.clone() {
                     core.run_item(i, &mut b, &tapes, Mode { in_graph: false, hardware: false }, &refused, self.step).map_err(fail)?;
                     made_by_graph.retain(|x| !core.program.items[i].writes.contains(x));
                 }
+                put_back(writers, held);
                 continue;
             }
             let own: Vec<Slot> = seg.inputs.iter().copied().filter(|x| !made_by_graph.contains(x)).collect();
@@ -235,13 +272,15 @@ impl RegionOps<'_> {
             if !recorded.is_empty() {
                 // The earlier windows' pages are reserved to their graphs: one more eager run
                 // grows the pools for this window's temporaries outside it, then the pool is
-                // prepared for this window (as LibreYOLO's two graphs were recorded).
+                // prepared for this window (as LibreYOLO's two graphs were recorded). Its state
+                // writes are discarded (the state keeps the buffers the graphs read).
+                let held = hold(writers);
                 let mut grow = self.board.clone();
                 put_all(&mut grow, entry);
                 self.run_eager(&mut grow, true).map_err(fail)?;
                 let _ = core.device.sync();
                 drop(grow);
-                restore(writers, saved);
+                put_back(writers, held);
                 let _ = Dispatch::graph_prepare(d);
             }
             let _ = core.device.sync();
@@ -338,12 +377,12 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let mut figures: Vec<(f64, f64)> = vec![];
         let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures)?];
         let started = std::time::Instant::now();
-        let mut recorded = self.pass(&entry, &writers, &saved);
+        let mut recorded = self.pass(&entry, &writers);
         if let Err(PassError::Window(refused)) = &recorded {
             log.push(format!("refused ({}); one more run", refused.replace('\n', " ")));
             restore(&writers, &saved);
             log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures)?);
-            recorded = self.pass(&entry, &writers, &saved);
+            recorded = self.pass(&entry, &writers);
         }
         log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
         tracing::info!("cuda_graph: {}", log.join("; "));

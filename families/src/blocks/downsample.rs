@@ -71,14 +71,7 @@ macro_rules! downsample_block {
             },
         };
 
-        impl crate::block::Layer for $ty {
-            fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
-                crate::block::Out::Map($ty::forward(self, inputs.remove(0), cx))
-            }
-            fn as_any(&self) -> &dyn std::any::Any {
-                self
-            }
-        }
+        crate::one_input_layer!($ty);
     };
 }
 

@@ -50,11 +50,4 @@ pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
     },
 };
 
-impl crate::block::Layer for Elan {
-    fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
-        crate::block::Out::Map(Elan::forward(self, inputs.remove(0), cx))
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
+crate::one_input_layer!(Elan);

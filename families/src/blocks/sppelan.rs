@@ -52,11 +52,4 @@ pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
     },
 };
 
-impl crate::block::Layer for SPPELAN {
-    fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
-        crate::block::Out::Map(SPPELAN::forward(self, inputs.remove(0), cx))
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
+crate::one_input_layer!(SPPELAN);

@@ -91,7 +91,9 @@ impl Stage for NetworkBackward {
         drop((tape.outputs, tape.leaves, grads));
         // Gradients of later parts (already written) first, then these, in the store's order.
         if let Some(Value::Grads(later)) = io.board.take(io.outputs[0]) {
-            params.extend(later);
+            // Inside a graph the later parts' gradients are its stable inputs: copied, so the
+            // graph's output never shares the buffer refreshed before each replay.
+            params.extend(later.into_iter().map(|(id, g)| (id, if io.in_graph { g.mul_scalar(1.0) } else { g })));
         }
         params.sort_by_key(|(id, _)| id.0);
         let mut store = self.params.borrow_mut();
