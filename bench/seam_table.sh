@@ -6,7 +6,9 @@
 # ROUNDS times, for the before/after ratio in one run.
 #
 #   BIN=/tmp/libreyolo-run [OLD_BIN=/tmp/old OLD_MANIFEST=.gpu/old-yolo9t.toml] [ROUNDS=2] \
-#       bash bench/seam_table.sh BATCH [LIMIT_S]
+#       [ROWS="whole_step contract ..."] bash bench/seam_table.sh BATCH [LIMIT_S]
+#
+# ROWS: only these rows of the table (all by default).
 #
 # Runs on the GPU machine (scripts/gpu.sh remote 'sh:bash bench/seam_table.sh 16') with
 # .gpu/coco128 copied. Writes $OUT/seams_bBATCH.txt (the table) and $OUT/seams_bBATCH.tar.xz
@@ -47,6 +49,7 @@ run() { # name binary manifest overrides...
 }
 for row in "${rows[@]}"; do
     IFS='|' read -r name stages extra <<< "$row"
+    [ -n "${ROWS:-}" ] && case " $ROWS " in *" $name "*) ;; *) continue ;; esac
     if [ "$name" = eager ]; then
         run "$name" "$BIN" manifests/yolo9t.toml cuda_graph=false
     else

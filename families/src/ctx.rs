@@ -201,6 +201,13 @@ impl Ctx {
         self.fused.is_some()
     }
 
+    /// A vector parameter as trained, before the compute cast: the f32 master tensor (its
+    /// autodiff leaf in training). What mixed precision keeps in f32, as PyTorch's autocast
+    /// leaves BatchNorm's affine parameters (their gradients then are not rounded either).
+    pub fn master_rank1(&self, id: ParamId) -> Tensor<1> {
+        self.leaves[id.0].rank1(id)
+    }
+
     /// A parameter as stored, before the compute cast, in f32: what folding reads (a store
     /// cast to bf16 folds in f32 too, and the folded tensors then match `Tensor::zeros`).
     pub fn stored_rank4(&self, id: ParamId) -> Tensor<4> {

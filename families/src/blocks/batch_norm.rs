@@ -49,13 +49,18 @@ impl BatchNorm {
         let c = self.channels;
         let per_channel = |t: Tensor<1>| t.reshape([1, c, 1, 1]);
         if !cx.training() {
-            let mean = per_channel(cx.rank1(self.running_mean));
-            let std = per_channel(cx.rank1(self.running_var).add_scalar(EPS).sqrt());
-            return activate(x.sub(mean).div(std).mul(per_channel(cx.rank1(self.weight))).add(per_channel(cx.rank1(self.bias))));
+            // `x * scale + shift` with both folded from the stored f32 statistics and computed in
+            // f32, rounded once to x's dtype: what cuDNN does under PyTorch's autocast (a bf16
+            // eval rounded the statistics, the affine parameters and three intermediates).
+            let (scale, shift) = self.fold(cx);
+            let dtype = x.dtype();
+            let y = x.cast(FloatDType::F32).mul(per_channel(scale)).add(per_channel(shift));
+            return activate(y.cast(FloatDType::from(dtype)));
         }
         let [n, _, h, w] = x.dims();
         let Some(devices) = cx.sync_group() else {
-            let (y, mean, var) = train(x, cx.rank1(self.weight), cx.rank1(self.bias), act);
+            // The affine parameters in f32 (the master tensors), as autocast leaves them.
+            let (y, mean, var) = train(x, cx.master_rank1(self.weight), cx.master_rank1(self.bias), act);
             self.record(cx, mean, var, (n * h * w) as f64);
             return y;
         };
@@ -197,5 +202,47 @@ mod tests {
         }
         assert_eq!(grad.dims(), [n, c, h, w]);
         close(&grad.to_data().to_vec::<f32>().unwrap(), &want_grad, "dL/dx");
+    }
+
+    /// Mixed precision keeps BatchNorm in f32, as PyTorch's autocast does: in eval the running
+    /// statistics and the affine parameters are folded in f32 and the output rounded once to
+    /// bf16; in training the affine parameters are read in f32, so their gradients are f32 (a
+    /// bf16 read rounded both: one cause of issue #41's gap named in its text).
+    #[test]
+    fn bf16_batch_norm_keeps_its_statistics_and_affine_parameters_in_f32() {
+        use burn::tensor::FloatDType;
+
+        use crate::ctx::Ctx;
+        use crate::params::{BuildState, ParamId, Value};
+        use crate::tensor::AnyTensor;
+
+        let device = Device::flex();
+        let c = 3;
+        let mut state = BuildState::new(0);
+        let bn = super::BatchNorm::new(&mut state.builder(&device), c);
+        let mut store = state.store;
+        // Values bf16 cannot hold (8 significant bits): 1 + 2^-10 rounds to 1.
+        let set = |store: &mut crate::params::ParamStore, id: ParamId, v: [f32; 3]| {
+            store.entry_mut(id).value = Value::Float(AnyTensor::R1(Tensor::from_data(TensorData::new(v.to_vec(), [3]), &device)));
+        };
+        set(&mut store, bn.weight, [1.0 + 2f32.powi(-10), 0.7001, 1.3333]);
+        set(&mut store, bn.bias, [0.0123, -0.2001, 0.3337]);
+        set(&mut store, bn.running_mean, [0.1234567, -0.7654321, 0.5]);
+        set(&mut store, bn.running_var, [1.7654321, 0.3333333, 2.0]);
+        let x = Tensor::<4>::random([2, c, 4, 4], Distribution::Normal(0.3, 1.5), &device).cast(FloatDType::BF16);
+
+        let y = bn.forward(x.clone(), &Ctx::eval_in(&store, FloatDType::BF16), false);
+        let (scale, shift) = bn.fold(&Ctx::eval(&store));
+        let want = x.clone().cast(FloatDType::F32).mul(scale.reshape([1, c, 1, 1])).add(shift.reshape([1, c, 1, 1])).cast(FloatDType::BF16);
+        let bits = |t: Tensor<4>| t.cast(FloatDType::F32).into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        assert_eq!(bits(y), bits(want), "eval: f32 fold, one rounding");
+
+        let cx = Ctx::train_in(&store, FloatDType::BF16);
+        let y = bn.forward(x, &cx, true);
+        let grads = cx.gradients(&y.cast(FloatDType::F32).sum().backward());
+        let dweight = grads.iter().find(|(id, _)| *id == bn.weight).expect("the scale has a gradient").1.clone();
+        let dweight = dweight.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        let bf16 = |v: f32| half::bf16::from_f32(v).to_f32();
+        assert!(dweight.iter().any(|&g| g != bf16(g)), "the scale's gradient was rounded to bf16: {dweight:?}");
     }
 }

@@ -4,7 +4,8 @@
 //! 1. candidates: anchor centres inside the box whose farthest side is within `reg_max - 1.01`
 //!    strides;
 //! 2. alignment `CIoU(gt, pred).clamp(0, 1)^beta * sigmoid(cls[gt])^alpha`;
-//! 3. the top-k candidates per ground truth (positive alignment only);
+//! 3. the top-k candidates per ground truth (exactly k, as `torch.topk`: a tie at the k-th
+//!    value does not add anchors; positive alignment only);
 //! 4. a ground truth with no anchor but a positive best alignment gets that anchor;
 //! 5. an anchor claimed by several ground truths keeps the one of highest IoU;
 //! 6. soft class target `onehot * align / max_align(gt) * max_iou(gt)`.
@@ -13,7 +14,7 @@
 //! is fixed by (batch, max_labels, anchors).
 
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor};
 
 use super::anchors::Anchors;
 use super::ciou::{Boxes, ciou};
@@ -88,9 +89,13 @@ pub fn assign(cfg: AssignerConfig, anchors: &Anchors, targets: Tensor<3>, pred_c
     let align = iou.clone().powf_scalar(cfg.beta).mul(cls_prob.powf_scalar(cfg.alpha));
 
     // 3. Top-k candidates per ground truth.
+    //    The mask is scattered from the top-k indices, not `>= k-th value`: with ties (bf16
+    //    logits make equal class scores common early in training) a threshold keeps more than k.
     let candidates = in_grid.mul(align.clone());
-    let kth = candidates.clone().topk(cfg.topk.min(a), 2).narrow(2, cfg.topk.min(a) - 1, 1); // (B, M, 1)
-    let mut chosen = candidates.clone().greater_equal(kth.expand([b, m, a])).bool_and(candidates.greater_elem(0.0)).float();
+    let k = cfg.topk.min(a);
+    let (_, top) = candidates.clone().topk_with_indices(k, 2); // (B, M, k), distinct per row
+    let in_top = Tensor::<3>::zeros([b, m, a], &device).scatter(2, top, Tensor::ones([b, m, k], &device), IndexingUpdateOp::Add);
+    let mut chosen = in_top.mul(candidates.greater_elem(0.0).float());
 
     // 4. A ground truth without anchors but with a positive best alignment gets its best
     //    anchor, even outside the candidate grid.
@@ -126,4 +131,29 @@ pub fn assign(cfg: AssignerConfig, anchors: &Anchors, targets: Tensor<3>, pred_c
     let weight = normalized.mul(chosen).sum_dim(1).reshape([b, a, 1]);
     let scores = onehot.mul(weight).mul(positive.clone().reshape([b, a, 1]));
     Assignment { positive, gt_index, boxes, scores }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use super::*;
+
+    /// One ground truth over twelve anchors whose alignments all tie: `torch.topk(10)` keeps
+    /// ten of them, and so must the assignment (a `>= k-th value` threshold kept all twelve).
+    #[test]
+    fn tied_alignments_keep_exactly_top_k_anchors() {
+        let device = Device::flex();
+        let a = 12;
+        // Anchors on one row (centres x = 4 + 8i, y = 4), all inside the box; identical
+        // predicted boxes and class logits make every alignment equal.
+        let anchors = Anchors::new(&[(1, a)], &[8], &device);
+        let targets = Tensor::<3>::from_data(TensorData::new(vec![0.0f32, 0.0, 0.0, 96.0, 40.0], [1, 1, 5]), &device);
+        let pred_cls = Tensor::<3>::zeros([1, a, 2], &device);
+        let pred_boxes = Tensor::<3>::from_data(TensorData::new([2.0f32, 2.0, 90.0, 38.0].repeat(a), [1, a, 4]), &device);
+        let cfg = AssignerConfig { topk: 10, alpha: 0.5, beta: 6.0, reg_max: 16 };
+        let out = assign(cfg, &anchors, targets, pred_cls, pred_boxes);
+        let positives: f32 = out.positive.sum().into_scalar();
+        assert_eq!(positives, 10.0, "ties at the 10th alignment must not add anchors");
+    }
 }
