@@ -5,6 +5,7 @@ both at every validation and writes a JSON under OUT.
 
     python3 bench/train_compare.py BIN DATA_YAML OUT [--epochs 100] [--batch 16] [--imgsz 640]
         [--dtype bf16] [--workers 8] [--seed 0] [--limit 540] [--device cuda] [--sequential]
+        [--engines both|ours|libreyolo] [--init-from-libreyolo] [--no-cross-val]
         [-- extra key=value settings for libreyolo-run]
 
 Both engines keep their defaults for everything the issue does not name (LibreYOLO 1.6's YOLOv9
@@ -14,8 +15,11 @@ step captured): graphs change speed, not arithmetic. By default the two training
 same time on the one GPU, so both fit one remote run; their wall times are then shared-GPU
 times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
 engine stops the other; what they validated until then is still reported. Afterwards our `val`
-scores both engines' best weights in f32 and in the compute dtypes (`cross_val` in the JSON), so
-a gap in mAP can be told apart between training and validation.
+scores both engines' best weights in f32 and in the compute dtypes, and LibreYOLO's `val` scores
+them too (`cross_val` in the JSON), so a gap in mAP can be told apart between training and
+validation. `--engines` trains one engine only (more seeds of one side in the same run);
+`--init-from-libreyolo` starts ours from LibreYOLO's initial weights of the same seed (saved to
+OUT/init-seedN.pt), so both engines start from the same network.
 
 DATA_YAML must hold an absolute `path:`. LibreYOLO comes from the wheels prepared beforehand
 (docs/gpu.md); nothing is downloaded.
@@ -25,6 +29,7 @@ import csv
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -39,7 +44,7 @@ import json, sys, time, torch
 from libreyolo import LibreYOLO9
 args = json.loads(sys.argv[1])
 torch.manual_seed(args["seed"])
-model = LibreYOLO9(None, size="t", nb_classes=80, device=args["device"])
+model = LibreYOLO9(None, size="t", nb_classes=args["nc"], device=args["device"])
 t0 = time.time()
 result = model.train(data=args["data"], epochs=args["epochs"], batch=args["batch"], imgsz=args["imgsz"],
                      device=args["device"], workers=args["workers"], seed=args["seed"], project=args["project"], name="libreyolo",
@@ -48,9 +53,61 @@ print("LIBREYOLO_RESULT " + json.dumps({"wall_s": time.time() - t0, "result": re
 """
 
 
+LIBREYOLO_INIT = r"""
+import sys, torch
+from libreyolo import LibreYOLO9
+torch.manual_seed(int(sys.argv[1]))  # as LIBREYOLO_TRAIN: the seed, then the network
+model = LibreYOLO9(None, size="t", nb_classes=int(sys.argv[3]), device="cpu")
+model.model.enable_aux(weight=0.25)  # train() attaches the PGI branch next, from the same generator
+torch.save({"model": model.model.state_dict()}, sys.argv[2])
+"""
+
+# LibreYOLO's validator on any weights with LibreYOLO's key names (ours are saved so): the
+# network built as for training, the state dict loaded (the PGI branch may be absent), then
+# LibreYOLO's `val` with autocast in `dtype` (`half`), as its in-training validation runs.
+LIBREYOLO_VAL = r"""
+import json, sys, torch
+from libreyolo import LibreYOLO9
+a = json.loads(sys.argv[1])
+model = LibreYOLO9(None, size="t", nb_classes=a["nc"], device=a["device"])
+if a["weights"].endswith(".safetensors"):
+    from safetensors.torch import load_file
+    state = load_file(a["weights"])
+    # A training checkpoint holds the EMA network under `model.` (beside `train_model.` and
+    # `optimizer.`), as LibreYOLO's checkpoints do; a weights file holds it bare.
+    if any(k.startswith("model.") for k in state):
+        state = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+else:
+    state = torch.load(a["weights"], map_location="cpu", weights_only=False)
+    state = state.get("ema") or state.get("model") or state
+    state = state.state_dict() if hasattr(state, "state_dict") else state
+missing, unexpected = model.model.load_state_dict(state, strict=False)
+# The PGI branch is training-only: validation builds the network without it, as LibreYOLO's
+# inference load strips `aux.*`.
+missing = [k for k in missing if not k.startswith("aux")]
+unexpected = [k for k in unexpected if not k.startswith("aux")]
+if missing or unexpected:
+    sys.exit(f"weights do not match LibreYOLO's YOLOv9-t: missing {missing[:5]}, unexpected {unexpected[:5]}")
+half = a["dtype"] != "f32"
+m = model.val(data=a["data"], batch=a["batch"], imgsz=a["imgsz"], device=a["device"], workers=a["workers"],
+              half=half, amp_dtype={"bf16": "bfloat16"}.get(a["dtype"], "float16"), verbose=False,
+              project=a["project"], name="val", exist_ok=True)
+print("LIBREYOLO_VAL " + json.dumps({k: float(v) for k, v in m.items() if isinstance(v, (int, float))}), flush=True)
+"""
+
+
+def dataset_nc(data_yaml):
+    """The class count of a dataset yaml (`nc:`, or the number of `names`)."""
+    text = open(data_yaml).read()
+    m = re.search(r"^nc:\s*(\d+)", text, re.M)
+    if m:
+        return int(m.group(1))
+    return len(re.findall(r"^\s+\d+:", text.split("names:", 1)[1], re.M))
+
+
 def libreyolo_command(args, out):
     amp = args.dtype != "f32" and args.device != "cpu"
-    settings = dict(data=args.data, epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
+    settings = dict(data=args.data, nc=dataset_nc(args.data), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
                     workers=args.workers, seed=args.seed, project=out, amp=amp,
                     amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
                     graph=args.device != "cpu")
@@ -63,8 +120,17 @@ def ours_command(args, out):
            f"batch={args.batch}", f"imgsz={args.imgsz}", f"epochs={args.epochs}", f"workers={args.workers}",
            "cache=ram", f"seed={args.seed}", f"project={out}", "name=ours", "exist_ok=true"] + precision_args(args.dtype)
     if args.device != "cpu":
-        cmd += ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"]
+        cmd += ["cuda_graph=true"]  # the manifest marks the whole step; this turns capture on
+    if args.init_from_libreyolo:
+        cmd += [f"weights={libreyolo_init(args, out)}"]
     return cmd + args.extra
+
+
+def libreyolo_init(args, out):
+    """LibreYOLO's initial YOLOv9-t of `args.seed`, saved as a checkpoint our trainer loads."""
+    path = os.path.join(out, f"init-seed{args.seed}.pt")
+    subprocess.run([sys.executable, "-c", LIBREYOLO_INIT, str(args.seed), path, str(dataset_nc(args.data))], check=True)
+    return path
 
 
 def validations(results_csv, first_epoch):
@@ -99,6 +165,9 @@ def main():
     p.add_argument("--limit", type=int, default=540, help="seconds before both trainings are stopped")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--sequential", action="store_true", help="run LibreYOLO first, then ours")
+    p.add_argument("--engines", default="both", choices=["both", "ours", "libreyolo"], help="which engines train")
+    p.add_argument("--init-from-libreyolo", action="store_true", help="ours starts from LibreYOLO's initial weights")
+    p.add_argument("--no-cross-val", action="store_true", help="skip scoring the best weights with both validators")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = p.parse_args(argv[:len(argv) - len(extra) - (1 if extra or "--" in argv else 0)])
@@ -106,8 +175,11 @@ def main():
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
 
-    runs = {"LibreYOLO 1.6": (libreyolo_command(args, out), os.path.join(out, "libreyolo")),
-            "libreyolo-run": (ours_command(args, out), os.path.join(out, "ours"))}
+    runs = {}
+    if args.engines in ("both", "libreyolo"):
+        runs["LibreYOLO 1.6"] = (libreyolo_command(args, out), os.path.join(out, "libreyolo"))
+    if args.engines in ("both", "ours"):
+        runs["libreyolo-run"] = (ours_command(args, out), os.path.join(out, "ours"))
     deadline = time.time() + args.limit
     procs, walls = {}, {}
     for engine, (cmd, _) in runs.items():
@@ -163,43 +235,63 @@ def main():
         fmt = lambda x: "" if x is None else f"{x:.4f}"
         print(f"| {engine} | {rc} | {walls[engine]:.0f} | {len(vals)} | {fmt(final[1])} | {fmt(final[2])} | {fmt(best)} |")
     print("\nper validation (epoch from 1: LibreYOLO / ours mAP50-95)")
-    lib = {e: a for e, a, _ in report_rows(report, "LibreYOLO 1.6")}
-    ours = {e: a for e, a, _ in report_rows(report, "libreyolo-run")}
+    lib = {e: a for e, a, _ in report_rows(report, "LibreYOLO 1.6")} if "LibreYOLO 1.6" in runs else {}
+    ours = {e: a for e, a, _ in report_rows(report, "libreyolo-run")} if "libreyolo-run" in runs else {}
     for e in sorted(set(lib) | set(ours)):
         print(f"  epoch {e}: {lib.get(e, float('nan')):.4f} / {ours.get(e, float('nan')):.4f}")
-    report["cross_val"] = cross_validate(args, out, runs)
+    report["cross_val"] = [] if args.no_cross_val else cross_validate(args, out, runs)
     path = os.path.join(out, f"train-compare-{report['date']}-seed{args.seed}.json")
     json.dump(report, open(path, "w"), indent=1)
     print(f"\nwrote {path}")
 
 
 def cross_validate(args, out, runs):
-    """Both engines' best weights scored by our `val` in f32 and in the training's compute dtype:
-    tells a difference of training from one of validation (LibreYOLO validates in fp16 on CUDA,
-    `half = amp and cuda`; our in-training validation uses the compute dtype)."""
-    weights = {"LibreYOLO 1.6": os.path.join(runs["LibreYOLO 1.6"][1], "weights", "best.pt"),
-               "libreyolo-run": os.path.join(runs["libreyolo-run"][1], "weights", "best.safetensors")}
+    """Every trained engine's best weights scored by both validators, in f32 and in the
+    training's compute dtype: tells a difference of training from one of validation. Our `val`
+    runs the network in the compute dtype; LibreYOLO's runs it under autocast (`half`), as its
+    in-training validation does (`half = amp and cuda`, the same `amp_dtype`)."""
+    weights = {"LibreYOLO 1.6": os.path.join(out, "libreyolo", "weights", "best.pt"),
+               "libreyolo-run": os.path.join(out, "ours", "weights", "best.safetensors")}
     device = "cpu" if args.device == "cpu" else "0"
-    dtypes = ["f32"] + ([args.dtype] if args.dtype != "f32" else []) + (["f16"] if args.device != "cpu" and args.dtype != "f16" else [])
+    dtypes = ["f32"] + ([args.dtype] if args.dtype != "f32" else [])
     rows = []
-    print("\nbest weights scored by libreyolo-run's val (mAP50-95 / mAP50)")
+    print("\nbest weights scored by each validator (mAP50-95 / mAP50)")
     for engine, path in weights.items():
-        if not os.path.exists(path):
+        if engine not in runs or not os.path.exists(path):
             continue
         for dtype in dtypes:
-            json_path = os.path.join(out, f"val-{engine.split()[0].lower()}-{dtype}.json")
-            precision = precision_args(dtype)
-            cmd = [args.bin, "val", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
-                   f"batch={args.batch}", f"imgsz={args.imgsz}", f"workers={args.workers}", "cache=ram", f"weights={path}",
-                   f"json={json_path}"] + precision
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                print(f"  {engine} {dtype}: val failed: {done.stderr.strip()[-300:]}")
-                continue
-            m = json.load(open(json_path))["metrics"]
-            rows.append({"weights": engine, "dtype": dtype, "mAP50-95": m["metrics/mAP50-95"], "mAP50": m["metrics/mAP50"]})
-            print(f"  {engine} weights, {dtype}: {m['metrics/mAP50-95']:.4f} / {m['metrics/mAP50']:.4f}")
+            for validator, score in (("libreyolo-run", ours_val), ("LibreYOLO 1.6", libreyolo_val)):
+                tag = f"{engine.split()[0].lower()}-by-{validator.split()[0].lower()}-{dtype}"
+                m, err = score(args, out, path, dtype, device, tag)
+                if m is None:
+                    print(f"  {engine} weights, {validator} val, {dtype}: failed: {err[-300:]}")
+                    continue
+                rows.append({"weights": engine, "validator": validator, "dtype": dtype, **m})
+                print(f"  {engine} weights, {validator} val, {dtype}: {m['mAP50-95']:.4f} / {m['mAP50']:.4f}")
     return rows
+
+
+def ours_val(args, out, path, dtype, device, tag):
+    json_path = os.path.join(out, f"val-{tag}.json")
+    cmd = [args.bin, "val", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
+           f"batch={args.batch}", f"imgsz={args.imgsz}", f"workers={args.workers}", "cache=ram", f"weights={path}",
+           f"json={json_path}"] + precision_args(dtype)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, done.stderr.strip()
+    m = json.load(open(json_path))["metrics"]
+    return {"mAP50-95": m["metrics/mAP50-95"], "mAP50": m["metrics/mAP50"]}, ""
+
+
+def libreyolo_val(args, out, path, dtype, device, tag):
+    settings = dict(weights=path, data=args.data, nc=dataset_nc(args.data), batch=args.batch, imgsz=args.imgsz, workers=args.workers, dtype=dtype,
+                    device="cpu" if device == "cpu" else "cuda", project=os.path.join(out, f"libreyolo-val-{tag}"))
+    done = subprocess.run([sys.executable, "-c", LIBREYOLO_VAL, json.dumps(settings)], capture_output=True, text=True)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("LIBREYOLO_VAL ")), None)
+    if done.returncode != 0 or line is None:
+        return None, (done.stderr or done.stdout).strip()
+    m = json.loads(line[len("LIBREYOLO_VAL "):])
+    return {"mAP50-95": m["metrics/mAP50-95"], "mAP50": m["metrics/mAP50"]}, ""
 
 
 def report_rows(report, engine):
