@@ -48,7 +48,9 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(!log.contains("falling back to eager"), "{log}");
     let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
     assert!(weights("eager") == weights("graph"), "weights, EMA and optimizer state after 8 steps differ from eager");
-    let losses = |name: &str| std::fs::read_to_string(dir.path().join(name).join("results.csv")).unwrap().lines().nth(1).unwrap().split(',').take(4).collect::<Vec<_>>().join(",");
+    let losses = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name).join("results.csv")).unwrap().lines().nth(1).unwrap().split(',').take(4).collect::<Vec<_>>().join(",")
+    };
     assert_eq!(losses("eager"), losses("graph"));
 
     // The whole step in one graph: optimizer and EMA included, their scalars from device
@@ -56,7 +58,11 @@ fn a_captured_segment_trains_exactly_like_eager() {
     let whole = ["cuda_graph=true"];
     let (ok, log) = train(dir.path(), "whole", &whole);
     assert!(ok, "{log}");
-    assert_eq!(log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss), optimizer, ema] at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss), optimizer, ema] at input shape [16, 3, 64, 64]").count(),
+        1,
+        "{log}"
+    );
     assert!(weights("eager") == weights("whole"), "the whole-step graph's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("whole"));
 
@@ -95,7 +101,11 @@ fn a_captured_segment_trains_exactly_like_eager() {
     assert!(tensors("eager") == tensors("eager-scaled"), "loss scaling changed the eager training");
     let (ok, log) = train_with(dir.path(), "whole-scaled", &whole, &scaled);
     assert!(ok, "{log}");
-    assert_eq!(log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss), optimizer, ema] at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss), optimizer, ema] at input shape [16, 3, 64, 64]").count(),
+        1,
+        "{log}"
+    );
     assert!(tensors("eager-scaled") == tensors("whole-scaled"), "the whole step with the loss scale differs from eager");
     assert!(weights("eager-scaled") == weights("whole-scaled"), "the scaler state differs");
     // A scale the first steps overflow (1e38: their gradients become inf / NaN): those steps
@@ -133,7 +143,11 @@ fn a_captured_segment_trains_exactly_like_eager() {
     let contract = ["cuda_graph=true", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"];
     let (ok, log) = train(dir.path(), "contract", &contract);
     assert!(ok, "{log}");
-    assert_eq!(log.matches("cuda_graph: captured training step [forward] loss, backward(loss) [backward(forward)] at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("cuda_graph: captured training step [forward] loss, backward(loss) [backward(forward)] at input shape [16, 3, 64, 64]").count(),
+        1,
+        "{log}"
+    );
     assert!(!log.contains("ignored") && !log.contains("falling back to eager"), "{log}");
     assert!(weights("eager") == weights("contract"), "the two-graph run's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("contract"));
@@ -164,7 +178,12 @@ fn a_captured_segment_trains_exactly_like_eager() {
     // optimizer and EMA marked with the backward, the loss eager.
     let (ok, log) = train(dir.path(), "contract-update", &["cuda_graph=true", "stage.loss.capture=false"]);
     assert!(ok, "{log}");
-    assert_eq!(log.matches("cuda_graph: captured training step [forward] loss, backward(loss) [backward(forward), optimizer, ema] at input shape [16, 3, 64, 64]").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("cuda_graph: captured training step [forward] loss, backward(loss) [backward(forward), optimizer, ema] at input shape [16, 3, 64, 64]")
+            .count(),
+        1,
+        "{log}"
+    );
     assert!(!log.contains("ignored") && !log.contains("falling back to eager"), "{log}");
     assert!(weights("eager") == weights("contract-update"), "the update graph's weights, EMA and optimizer state differ from eager");
     assert_eq!(losses("eager"), losses("contract-update"));
@@ -183,7 +202,11 @@ fn a_stage_can_have_its_graphs_captured_again_when_mosaic_closes() {
     graphed.extend(["cuda_graph=true", "stage.optimizer.capture=false", "stage.ema.capture=false", "stage.loss.recapture_on=[\"mosaic_close\"]"]);
     let (ok, log) = train(dir.path(), "graph", &graphed);
     assert!(ok, "{log}");
-    assert_eq!(log.matches("cuda_graph: capture invalidated (mosaic closed at epoch 2; stage `loss` asked to re-capture); will re-capture").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("cuda_graph: capture invalidated (mosaic closed at epoch 2; stage `loss` asked to re-capture); will re-capture").count(),
+        1,
+        "{log}"
+    );
     assert_eq!(log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss)] at input shape [16, 3, 64, 64]").count(), 2, "{log}");
     let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
     assert!(weights("eager") == weights("graph"), "re-captured graphs trained differently from eager");
@@ -194,7 +217,11 @@ fn a_plan_this_build_cannot_capture_says_why_and_trains_eager() {
     let dir = tempfile::tempdir().unwrap();
     // A backward captured without its forward: an eager forward's tape is new every step, so
     // its backward cannot be a graph.
-    let (ok, log) = train(dir.path(), "backward-only", &["cuda_graph=true", "stage.forward.capture=false", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"]);
+    let (ok, log) = train(
+        dir.path(),
+        "backward-only",
+        &["cuda_graph=true", "stage.forward.capture=false", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"],
+    );
     assert!(ok, "{log}");
     assert_eq!(log.matches("cuda_graph=true ignored (the backward of forward+loss runs eager: its forward ran eager, so it has no graph to differentiate); training runs eager.").count(), 1, "{log}");
     // Gradient accumulation is not captured.
@@ -252,7 +279,13 @@ fn every_seam_of_the_table_trains_like_eager() {
         ("backward+optimizer", &["backward", "optimizer"], &[], 1, "[optimizer]"),
         ("optimizer+ema", &["optimizer", "ema"], &[], 1, "[optimizer, ema]"),
         ("two segments", &["forward", "optimizer", "ema"], &[], 3, "[forward] loss, backward(loss) [backward(forward)] [optimizer, ema]"),
-        ("until neck", &["forward", "backward"], &["stage.forward.until=neck.elan_down2"], 2, "[forward(..neck.elan_down2)] forward(neck.elan_down2..), loss, backward(forward(neck.elan_down2..)+loss) [backward(forward(..neck.elan_down2))]"),
+        (
+            "until neck",
+            &["forward", "backward"],
+            &["stage.forward.until=neck.elan_down2"],
+            2,
+            "[forward(..neck.elan_down2)] forward(neck.elan_down2..), loss, backward(forward(neck.elan_down2..)+loss) [backward(forward(..neck.elan_down2))]",
+        ),
         (
             "until neck, the rest captured",
             &["forward", "loss", "backward", "optimizer", "ema"],

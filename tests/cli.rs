@@ -44,7 +44,15 @@ fn dry_run_prints_settings_device_and_plan() {
     assert!(stdout.contains("## program"), "{stdout}");
     // LibreYOLO's contract is one marking away.
     let out = run_with_env(
-        &["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"],
+        &[
+            "manifests/yolo9t.toml",
+            "--dry-run",
+            "cuda_graph=true",
+            "device=cpu",
+            "stage.loss.capture=false",
+            "stage.optimizer.capture=false",
+            "stage.ema.capture=false",
+        ],
         &[("LIBREYOLO_CAPTURE_SOFTWARE", "1")],
     );
     let (stdout, stderr) = text(&out);
@@ -155,12 +163,10 @@ fn launcher_ranks_that_cannot_train_here_are_clear_errors() {
 /// the program is shown on the CPU.)
 #[test]
 fn dry_run_shows_what_a_data_parallel_rank_captures() {
-    let launch = [("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"), ("LIBREYOLO_CAPTURE_SOFTWARE", "1")];
+    let launch =
+        [("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"), ("LIBREYOLO_CAPTURE_SOFTWARE", "1")];
     let plan = |sync_bn: &str| {
-        let out = run_with_env(
-            &["manifests/yolo9t.toml", "--dry-run", "device=cpu", "cuda_graph=true", sync_bn],
-            &launch,
-        );
+        let out = run_with_env(&["manifests/yolo9t.toml", "--dry-run", "device=cpu", "cuda_graph=true", sync_bn], &launch);
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{stderr}");
         stdout
@@ -168,11 +174,17 @@ fn dry_run_shows_what_a_data_parallel_rank_captures() {
     // The loss all-reduces its normaliser, so it stays eager between LibreYOLO's two graphs; the
     // gradient all-reduce runs eager before the update's graph.
     let stdout = plan("sync_bn=false");
-    assert!(stdout.contains("this build: captures 3 graph(s) per input shape: [forward] loss, backward(loss) [backward(forward)] grad.sync [optimizer, ema]"), "{stdout}");
+    assert!(
+        stdout.contains("this build: captures 3 graph(s) per input shape: [forward] loss, backward(loss) [backward(forward)] grad.sync [optimizer, ema]"),
+        "{stdout}"
+    );
     assert!(stdout.contains("note: stage `loss` runs eager: the loss all-reduces its normaliser over the GPUs"), "{stdout}");
     // With SyncBatchNorm the forward (and so its backward) stays eager too; the update is captured.
     let stdout = plan("sync_bn=true");
-    assert!(stdout.contains("note: stage `forward` runs eager: SyncBatchNorm all-reduces inside the forward; with several GPUs capture needs `sync_bn=false`"), "{stdout}");
+    assert!(
+        stdout.contains("note: stage `forward` runs eager: SyncBatchNorm all-reduces inside the forward; with several GPUs capture needs `sync_bn=false`"),
+        "{stdout}"
+    );
     assert!(stdout.contains("this build: captures 1 graph(s) per input shape: [optimizer, ema]"), "{stdout}");
 }
 

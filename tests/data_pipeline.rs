@@ -21,28 +21,28 @@ fn loader(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32) 
 }
 
 fn sharded(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32, shard: (usize, usize)) -> Loader {
-    Loader::new(ds, LoaderConfig {
-        batch,
-        height: size,
-        width: size,
-        workers,
-        seed,
-        max_labels: 300,
-        shuffle: true,
-        drop_last: true,
-        prefetch: 2,
-        augment: Some(augment()),
-        shard,
-    })
+    Loader::new(
+        ds,
+        LoaderConfig {
+            batch,
+            height: size,
+            width: size,
+            workers,
+            seed,
+            max_labels: 300,
+            shuffle: true,
+            drop_last: true,
+            prefetch: 2,
+            augment: Some(augment()),
+            shard,
+        },
+    )
 }
 
 /// Rows in the label files of COCO128, counted independently of the parser.
 fn label_rows(cfg: &DatasetConfig) -> usize {
     let dir = cfg.root.join("labels/train2017");
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().lines().filter(|l| !l.trim().is_empty()).count())
-        .sum()
+    std::fs::read_dir(dir).unwrap().map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap().lines().filter(|l| !l.trim().is_empty()).count()).sum()
 }
 
 #[test]

@@ -18,8 +18,7 @@ fn the_loss_never_reads_back() {
         let _ = device.capture_scope(|scope| {
             // `add_scalar` makes every input the output of an operation: it has no value on
             // this device, so any read of it (or of anything derived from it) fails.
-            let maps: Vec<Tensor<4>> =
-                shapes.iter().map(|&(h, w)| Tensor::<4>::zeros([2, 144, h, w], &device).add_scalar(0.5)).collect();
+            let maps: Vec<Tensor<4>> = shapes.iter().map(|&(h, w)| Tensor::<4>::zeros([2, 144, h, w], &device).add_scalar(0.5)).collect();
             let t = &host_targets;
             let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), &device).add_scalar(0.0);
             let terms = Yolo9Loss::libreyolo_default(80).compute(&maps, &[8, 16, 32], targets);

@@ -150,19 +150,22 @@ fn out_of_range_values_are_explained() {
 
 #[test]
 fn overrides_apply_with_libreyolo_names() {
-    let (loaded, dag) = load(&shipped_manifest(), &[
-        "epochs=3",
-        "lr0=0.02",
-        "capture.threshold=5",
-        "cuda_graph=true",
-        "mosaic=0.5",
-        "imgsz=[480,640]",
-        "device=cpu",
-        "name=2024",
-        "ema=false",
-        "stage.loss.capture=false",
-        "data=other.yaml",
-    ])
+    let (loaded, dag) = load(
+        &shipped_manifest(),
+        &[
+            "epochs=3",
+            "lr0=0.02",
+            "capture.threshold=5",
+            "cuda_graph=true",
+            "mosaic=0.5",
+            "imgsz=[480,640]",
+            "device=cpu",
+            "name=2024",
+            "ema=false",
+            "stage.loss.capture=false",
+            "data=other.yaml",
+        ],
+    )
     .unwrap();
     let m = &loaded.manifest;
     assert_eq!((m.run.epochs, m.optim.lr0, m.capture.threshold), (3, 0.02, 5));
@@ -174,12 +177,8 @@ fn overrides_apply_with_libreyolo_names() {
     assert!(!m.stages[2].capture);
     // The loss no longer in the graph: two captured segments around it.
     let plan = dag.plan(m.capture.enabled.wanted());
-    let captured: Vec<Vec<&str>> = plan
-        .segments
-        .iter()
-        .filter(|s| s.captured)
-        .map(|s| s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect())
-        .collect();
+    let captured: Vec<Vec<&str>> =
+        plan.segments.iter().filter(|s| s.captured).map(|s| s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect()).collect();
     assert_eq!(captured, vec![vec!["forward"], vec!["backward", "optimizer", "ema"]]);
 }
 
@@ -256,11 +255,8 @@ fn duplicate_stage_names_show_both() {
 #[test]
 fn cycles_name_every_stage_involved() {
     // forward now also waits on the optimizer: forward -> loss -> backward -> optimizer -> forward.
-    let text = replace(
-        &shipped_manifest(),
-        "kind = \"network.forward\"\ninputs = [\"data.images\"]",
-        "kind = \"network.forward\"\ninputs = [\"optimizer.params\"]",
-    );
+    let text =
+        replace(&shipped_manifest(), "kind = \"network.forward\"\ninputs = [\"data.images\"]", "kind = \"network.forward\"\ninputs = [\"optimizer.params\"]");
     let out = error(&text, &[]);
     assert!(out.contains("the step DAG has a cycle: forward -> loss -> backward -> optimizer -> forward"), "{out}");
 }
@@ -288,18 +284,11 @@ fn plan_reproduces_libreyolo_contract() {
     let contract = ["cuda_graph=true", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"];
     let (loaded, dag) = load(&shipped_manifest(), &contract).unwrap();
     let plan = dag.plan(loaded.manifest.capture.enabled.wanted());
-    let shape: Vec<(bool, Vec<&str>)> = plan
-        .segments
-        .iter()
-        .map(|s| (s.captured, s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect()))
-        .collect();
-    assert_eq!(shape, vec![
-        (false, vec!["data"]),
-        (true, vec!["forward"]),
-        (false, vec!["loss"]),
-        (true, vec!["backward"]),
-        (false, vec!["optimizer", "ema", "schedule"]),
-    ]);
+    let shape: Vec<(bool, Vec<&str>)> = plan.segments.iter().map(|s| (s.captured, s.stages.iter().map(|&i| dag.stages[i].name.as_str()).collect())).collect();
+    assert_eq!(
+        shape,
+        vec![(false, vec!["data"]), (true, vec!["forward"]), (false, vec!["loss"]), (true, vec!["backward"]), (false, vec!["optimizer", "ema", "schedule"]),]
+    );
     let crossing: Vec<Vec<String>> = plan.seams.iter().map(|s| s.values.iter().map(|v| dag.name(*v)).collect()).collect();
     assert_eq!(crossing[0], vec!["data.images", "data.targets"]);
     assert_eq!(crossing[1], vec!["data.targets", "forward.preds"]);

@@ -19,7 +19,8 @@ fn coco128_images() -> PathBuf {
 /// LibreYOLO's YOLOv9-t weights from the parity fixture: a plain state dict (no checkpoint), so
 /// the class names come from the manifest's dataset.
 fn fixture_weights() -> PathBuf {
-    let dir = std::env::var_os("LIBREYOLO_PARITY_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/parity"));
+    let dir =
+        std::env::var_os("LIBREYOLO_PARITY_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/parity"));
     dir.join("yolo9t_nc80.safetensors")
 }
 

@@ -94,8 +94,15 @@ fn profile_run_writes_valid_artifacts_and_a_verdict() {
 fn profile_true_measures_its_window_then_training_continues() {
     let dir = tempfile::tempdir().unwrap();
     // data.fixed_batch: every step trains on the first batch (step time without the loader).
-    let mut args: Vec<String> =
-        vec!["manifests/yolo9t.toml".into(), coco128(), "name=run".into(), "epochs=2".into(), "val=false".into(), "profile=true".into(), "data.fixed_batch=true".into()];
+    let mut args: Vec<String> = vec![
+        "manifests/yolo9t.toml".into(),
+        coco128(),
+        "name=run".into(),
+        "epochs=2".into(),
+        "val=false".into(),
+        "profile=true".into(),
+        "data.fixed_batch=true".into(),
+    ];
     args.extend(small(dir.path()));
     let out = bin().args(&args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

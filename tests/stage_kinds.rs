@@ -71,7 +71,8 @@ fn manifest_with(dir: &Path, kind: Option<&str>) -> PathBuf {
 /// must have been captured once and replayed for the rest of the epoch.
 fn train(dir: &Path, kind: Option<&str>, name: &str, marks: &[&str]) -> Vec<u8> {
     // Eager unless `marks` ask for graphs (the shipped `auto` would capture on software graphs).
-    let mut overrides: Vec<String> = ["cuda_graph=false", "epochs=1", "imgsz=64", "batch=16", "device=cpu", "workers=2", "val=false", "exist_ok=true"].map(String::from).to_vec();
+    let mut overrides: Vec<String> =
+        ["cuda_graph=false", "epochs=1", "imgsz=64", "batch=16", "device=cpu", "workers=2", "val=false", "exist_ok=true"].map(String::from).to_vec();
     overrides.push(format!("data={}", project_root().join("../shared/data/coco128/coco128.yaml").display()));
     overrides.push(format!("project={}", dir.display()));
     overrides.push(format!("name={name}"));

@@ -36,12 +36,7 @@ fn small(project: &Path, name: &str, epochs: u32) -> Vec<String> {
 }
 
 fn csv_rows(run: &Path) -> Vec<Vec<String>> {
-    std::fs::read_to_string(run.join("results.csv"))
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').map(str::to_string).collect())
-        .collect()
+    std::fs::read_to_string(run.join("results.csv")).unwrap_or_default().lines().skip(1).map(|l| l.split(',').map(str::to_string).collect()).collect()
 }
 
 #[test]
@@ -60,12 +55,8 @@ fn a_short_run_learns_and_writes_every_artifact() {
     eprintln!("losses per epoch: {:?}", rows.iter().map(total).collect::<Vec<_>>());
     assert!(total(&rows[2]) < total(&rows[0]), "the loss does not decrease: {rows:?}");
     // steps.csv: one row per step of every epoch, whose mean is the epoch's loss.
-    let steps: Vec<Vec<f64>> = std::fs::read_to_string(run.join("steps.csv"))
-        .unwrap()
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
-        .collect();
+    let steps: Vec<Vec<f64>> =
+        std::fs::read_to_string(run.join("steps.csv")).unwrap().lines().skip(1).map(|l| l.split(',').map(|v| v.parse().unwrap()).collect()).collect();
     let per_epoch = steps.len() / 3;
     assert!(per_epoch > 0 && steps.len() == 3 * per_epoch, "{} step rows", steps.len());
     let first: Vec<&Vec<f64>> = steps.iter().filter(|r| r[0] == 0.0).collect();

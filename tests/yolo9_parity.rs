@@ -8,7 +8,10 @@ use std::path::PathBuf;
 use burn::tensor::{Device, Tensor};
 use libreyolo_families::{Network, ParamStore, Value};
 use libreyolo_run::manifest::{self, LoadedManifest};
-use libreyolo_run::parity::{self, fixture::{self, Fixture, max_abs_diff, read}};
+use libreyolo_run::parity::{
+    self,
+    fixture::{self, Fixture, max_abs_diff, read},
+};
 
 fn loaded(name: &str, overrides: &[&str]) -> LoadedManifest {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests").join(name);
@@ -62,8 +65,7 @@ fn every_manifest_size_matches_libreyolo_keys_and_counts() {
 
 #[test]
 fn state_dict_keys_match_libreyolo() {
-    let keys: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture::default_dir().join("yolo9t_nc80.keys.json")).unwrap()).unwrap();
+    let keys: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture::default_dir().join("yolo9t_nc80.keys.json")).unwrap()).unwrap();
     let expected: Vec<(String, Vec<usize>)> = keys["keys"]
         .as_array()
         .unwrap()
@@ -164,7 +166,8 @@ fn libreyolo_pt_checkpoints_load() {
     let err = libreyolo_families::weights::load_pytorch(&mut ours, &pt, false).unwrap_err().to_string();
     assert!(err.contains("missing key(s)") && err.contains("backbone.conv1.conv.weight"), "{err}");
     // A file that is not a checkpoint is a clear error.
-    let err = libreyolo_families::weights::load_pytorch(&mut ours, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"), false).unwrap_err().to_string();
+    let err =
+        libreyolo_families::weights::load_pytorch(&mut ours, &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"), false).unwrap_err().to_string();
     assert!(err.contains("not a readable PyTorch checkpoint"), "{err}");
 }
 

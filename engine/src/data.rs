@@ -22,7 +22,10 @@ pub fn config(loaded: &LoadedManifest) -> Result<DatasetConfig, Diagnostic> {
         return Err(loaded
             .source
             .error_at(&KeyPath::dotted("data"), Part::Key, "no dataset: this manifest leaves `data.dataset` to the command line")
-            .with_help(Some("give a LibreYOLO / Ultralytics dataset YAML: `data=path/to/data.yaml` (e.g. `data=../shared/data/coco128/coco128.yaml` beside this checkout)".into())));
+            .with_help(Some(
+                "give a LibreYOLO / Ultralytics dataset YAML: `data=path/to/data.yaml` (e.g. `data=../shared/data/coco128/coco128.yaml` beside this checkout)"
+                    .into(),
+            )));
     };
     DatasetConfig::load(dataset).map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
 }
@@ -49,8 +52,7 @@ pub fn open(loaded: &LoadedManifest, cfg: &DatasetConfig, split: Split) -> Resul
         CacheMode::Disk => StageCache::Disk,
     };
     let target = (m.run.imgsz.height(), m.run.imgsz.width());
-    Dataset::open(name, sources, cfg.nc(), target, cache)
-        .map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
+    Dataset::open(name, sources, cfg.nc(), target, cache).map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
 }
 
 /// The manifest's augmentation settings.
@@ -71,17 +73,20 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
 /// A loader over `dataset` at the manifest's settings; `augment: None` for validation.
 pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, augment: Option<Augment>, shard: (usize, usize)) -> Loader {
     let m = &loaded.manifest;
-    Loader::new(dataset, LoaderConfig {
-        batch,
-        height: m.run.imgsz.height(),
-        width: m.run.imgsz.width(),
-        workers: m.data.workers.max(1),
-        seed: m.run.seed,
-        max_labels: m.data.max_labels,
-        shuffle: augment.is_some(),
-        drop_last: augment.is_some(),
-        prefetch: 4,
-        augment,
-        shard,
-    })
+    Loader::new(
+        dataset,
+        LoaderConfig {
+            batch,
+            height: m.run.imgsz.height(),
+            width: m.run.imgsz.width(),
+            workers: m.data.workers.max(1),
+            seed: m.run.seed,
+            max_labels: m.data.max_labels,
+            shuffle: augment.is_some(),
+            drop_last: augment.is_some(),
+            prefetch: 4,
+            augment,
+            shard,
+        },
+    )
 }

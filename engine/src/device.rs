@@ -69,15 +69,10 @@ pub fn resolve_with(request: &DeviceRequest, cuda_count: impl FnOnce() -> usize)
         DeviceRequest::Cuda(ids) => {
             let n = cuda_count();
             if n == 0 {
-                return Err(format!(
-                    "device={request} asks for CUDA, but no CUDA device is available on this machine; use device=cpu or device=auto"
-                ));
+                return Err(format!("device={request} asks for CUDA, but no CUDA device is available on this machine; use device=cpu or device=auto"));
             }
             if let Some(bad) = ids.iter().find(|&&i| i >= n) {
-                return Err(format!(
-                    "device={request} asks for GPU {bad}, but this machine has {n} CUDA device(s) (0..{})",
-                    n - 1
-                ));
+                return Err(format!("device={request} asks for GPU {bad}, but this machine has {n} CUDA device(s) (0..{})", n - 1));
             }
             Ok(ResolvedDevice { backend: Backend::Cuda, ids: ids.clone(), reason: format!("device={request}") })
         }
@@ -124,4 +119,3 @@ mod tests {
         let _ = cuda_device_count();
     }
 }
-

@@ -32,7 +32,12 @@ pub fn max_blocks() -> Result<usize, String> {
 }
 
 fn parse(value: &str) -> Result<usize, String> {
-    value.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| format!("{ENV}={value:?}: expected a whole number of blocks, at least 1 (burn's default is 5)"))
+    value
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{ENV}={value:?}: expected a whole number of blocks, at least 1 (burn's default is 5)"))
 }
 
 /// burn's configuration with `max_blocks` set, the environment's overrides (`BURN_FUSION_LOG`,

@@ -153,11 +153,7 @@ pub fn compile_cost() -> Option<CompileCost> {
 impl std::fmt::Display for CompileCost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let target = cubecl_cuda::nvrtc_settings().target;
-        write!(
-            f,
-            "{} kernels compiled (NVRTC {:.1} s, {target:?}",
-            self.compiled, self.nvrtc_s
-        )?;
+        write!(f, "{} kernels compiled (NVRTC {:.1} s, {target:?}", self.compiled, self.nvrtc_s)?;
         if self.background > 0 {
             write!(
                 f,

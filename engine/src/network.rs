@@ -22,8 +22,5 @@ fn topology_error(loaded: &LoadedManifest, e: TopologyError) -> Diagnostic {
         }
     }
     let name = loaded.manifest.model.layers.get(e.layer).map(|l| l.name.as_str()).unwrap_or("?");
-    loaded
-        .source
-        .error_at(&path, Part::Value, format!("in layer `{name}` of the topology: {}", e.message))
-        .with_help(e.help)
+    loaded.source.error_at(&path, Part::Value, format!("in layer `{name}` of the topology: {}", e.message)).with_help(e.help)
 }

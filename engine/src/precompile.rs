@@ -68,7 +68,10 @@ pub const HISTORY_FILE: &str = "precompile.json";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 enum FirstRun {
-    Built { compiled: u64, build: Option<String> },
+    Built {
+        compiled: u64,
+        build: Option<String>,
+    },
     /// A history written before the build was kept: the count alone.
     Count(u64),
 }

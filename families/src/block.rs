@@ -88,10 +88,11 @@ impl<'a> Args<'a> {
         match self.args.get(key) {
             None => Err(TopologyError::new(self.layer, Some("args"), format!("block `{}` needs `args.{key}`", self.block))),
             Some(Arg::Int(v)) if *v > 0 => Ok(*v as usize),
-            Some(other) => Err(TopologyError::new(self.layer, Some(&format!("args.{key}")), format!(
-                "`args.{key}` of block `{}` must be a positive integer, got {other:?}",
-                self.block
-            ))),
+            Some(other) => Err(TopologyError::new(
+                self.layer,
+                Some(&format!("args.{key}")),
+                format!("`args.{key}` of block `{}` must be a positive integer, got {other:?}", self.block),
+            )),
         }
     }
 
@@ -109,9 +110,9 @@ impl<'a> Args<'a> {
     pub fn finish(self, allowed: &[&str]) -> Result<(), TopologyError> {
         if let Some(key) = self.args.keys().find(|k| !self.read.contains(&k.as_str())) {
             let mut e = TopologyError::new(self.layer, Some(&format!("args.{key}")), format!("block `{}` takes no argument `{key}`", self.block));
-            e.help = did_you_mean(key, allowed).map(|k| format!("did you mean `{k}`?")).or_else(|| {
-                Some(format!("`{}` takes: {}", self.block, if allowed.is_empty() { "no arguments".to_string() } else { allowed.join(", ") }))
-            });
+            e.help = did_you_mean(key, allowed)
+                .map(|k| format!("did you mean `{k}`?"))
+                .or_else(|| Some(format!("`{}` takes: {}", self.block, if allowed.is_empty() { "no arguments".to_string() } else { allowed.join(", ") })));
             return Err(e);
         }
         Ok(())
@@ -120,12 +121,7 @@ impl<'a> Args<'a> {
 
 /// The candidate nearest `word`, if near enough to suggest.
 pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (strsim::damerau_levenshtein(word, c), *c))
-        .filter(|(d, _)| *d <= (word.len() / 3).max(1))
-        .min()
-        .map(|(_, c)| c)
+    candidates.iter().map(|c| (strsim::damerau_levenshtein(word, c), *c)).filter(|(d, _)| *d <= (word.len() / 3).max(1)).min().map(|(_, c)| c)
 }
 
 /// `impl Layer` for a block of one input whose `forward(x, cx)` makes a feature map.

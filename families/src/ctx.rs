@@ -50,14 +50,41 @@ pub struct BatchStats {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TracedOp {
     /// A convolution on `input`; `bn_act` when BatchNorm and SiLU follow (LibreYOLO's Conv).
-    Conv { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, bias: bool, bn: bool, act: bool },
-    MaxPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
+    Conv {
+        input: [usize; 4],
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        padding: usize,
+        groups: usize,
+        bias: bool,
+        bn: bool,
+        act: bool,
+    },
+    MaxPool {
+        input: [usize; 4],
+        k: usize,
+        stride: usize,
+        padding: usize,
+    },
     /// A SiLU that does not follow a Conv block (RepConvN's, after the branch sum).
-    Silu { input: [usize; 4] },
-    AvgPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
-    Upsample { input: [usize; 4], scale: usize },
+    Silu {
+        input: [usize; 4],
+    },
+    AvgPool {
+        input: [usize; 4],
+        k: usize,
+        stride: usize,
+        padding: usize,
+    },
+    Upsample {
+        input: [usize; 4],
+        scale: usize,
+    },
     /// Concatenation along channels.
-    Concat { inputs: Vec<[usize; 4]> },
+    Concat {
+        inputs: Vec<[usize; 4]>,
+    },
 }
 
 /// Inference fusion (LibreYOLO's `fuse()`): each Conv-BN as one convolution with a bias, each

@@ -47,13 +47,7 @@ pub struct Network {
 impl Network {
     /// Builds the network and its freshly initialised parameters (PyTorch's default init,
     /// detection-prior biases, BatchNorm at identity). Aux layers are built only if `with_aux`.
-    pub fn build(
-        specs: &[LayerSpec],
-        nc: usize,
-        with_aux: bool,
-        device: &Device,
-        seed: u64,
-    ) -> Result<(Network, ParamStore), TopologyError> {
+    pub fn build(specs: &[LayerSpec], nc: usize, with_aux: bool, device: &Device, seed: u64) -> Result<(Network, ParamStore), TopologyError> {
         let mut state = BuildState::new(seed);
         let mut b = state.builder(device);
         let mut layers: Vec<Layer> = vec![];
@@ -82,10 +76,11 @@ impl Network {
                     Source::Layer(j) => match shapes[*j] {
                         Some(s) => in_shapes.push(s),
                         None => {
-                            return Err(TopologyError::new(i, Some("from"), format!(
-                                "layer `{}` reads the detection head `{}`, whose output is not a feature map",
-                                spec.name, layers[*j].name
-                            )));
+                            return Err(TopologyError::new(
+                                i,
+                                Some("from"),
+                                format!("layer `{}` reads the detection head `{}`, whose output is not a feature map", spec.name, layers[*j].name),
+                            ));
                         }
                     },
                 }
@@ -113,9 +108,8 @@ impl Network {
             layers.push(Layer { name: spec.name.clone(), inputs, block, aux: spec.aux });
         }
 
-        let main_head = main_head.ok_or_else(|| {
-            TopologyError::new(specs.len().saturating_sub(1), None, "the topology has no head (a `DDetect` layer with `aux = false`)")
-        })?;
+        let main_head = main_head
+            .ok_or_else(|| TopologyError::new(specs.len().saturating_sub(1), None, "the topology has no head (a `DDetect` layer with `aux = false`)"))?;
         let mut last_use: Vec<usize> = (0..layers.len()).collect();
         for (i, layer) in layers.iter().enumerate() {
             for src in &layer.inputs {
@@ -213,7 +207,11 @@ impl Network {
                 .collect();
             match layer.block.forward(inputs, cx) {
                 Out::Head(maps) => {
-                    if Some(i) == self.aux_head { aux = Some(maps) } else { main = Some(maps) }
+                    if Some(i) == self.aux_head {
+                        aux = Some(maps)
+                    } else {
+                        main = Some(maps)
+                    }
                 }
                 Out::Map(x) => values[i] = Some(x),
             }
@@ -230,13 +228,7 @@ impl Network {
     }
 }
 
-fn resolve(
-    layer: usize,
-    name: &str,
-    names: &BTreeMap<String, usize>,
-    specs: &[LayerSpec],
-    with_aux: bool,
-) -> Result<Source, TopologyError> {
+fn resolve(layer: usize, name: &str, names: &BTreeMap<String, usize>, specs: &[LayerSpec], with_aux: bool) -> Result<Source, TopologyError> {
     if name == INPUT {
         return Ok(Source::Input);
     }

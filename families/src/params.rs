@@ -166,11 +166,7 @@ impl ParamStore {
 
     /// Number of trainable scalars (PyTorch's `sum(p.numel() for p in parameters())`).
     pub fn num_parameters(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| e.role.is_trainable())
-            .map(|e| e.value.shape().iter().product::<usize>())
-            .sum()
+        self.entries.iter().filter(|e| e.role.is_trainable()).map(|e| e.value.shape().iter().product::<usize>()).sum()
     }
 
     fn push(&mut self, name: String, role: Role, value: Value) -> ParamId {
@@ -357,7 +353,10 @@ mod tests {
         let device = Device::flex();
         let mut state = BuildState::new(7);
         let mut b = state.builder(&device);
-        let (w, bias) = { let mut l = b.pp("proj"); (l.linear_weight(3, 4), l.linear_bias(3, 4)) };
+        let (w, bias) = {
+            let mut l = b.pp("proj");
+            (l.linear_weight(3, 4), l.linear_bias(3, 4))
+        };
         let (gamma, beta) = b.pp("norm").norm(3);
         let table = b.pp("queries").embedding("weight", 5, 4);
         let store = state.store;
@@ -384,7 +383,11 @@ mod tests {
         crate::weights::write(&path, crate::weights::owned(&store, ""), None).unwrap();
         let mut fresh = BuildState::new(8);
         let mut b = fresh.builder(&device);
-        { let mut l = b.pp("proj"); l.linear_weight(3, 4); l.linear_bias(3, 4); }
+        {
+            let mut l = b.pp("proj");
+            l.linear_weight(3, 4);
+            l.linear_bias(3, 4);
+        }
         b.pp("norm").norm(3);
         b.pp("queries").embedding("weight", 5, 4);
         let mut loaded = fresh.store;

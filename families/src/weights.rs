@@ -46,8 +46,7 @@ pub fn load_safetensors(store: &mut ParamStore, path: &Path, partial: bool) -> R
 /// copies: `model.`, `train_model.`); keys without the prefix are ignored.
 pub fn load_prefixed(store: &mut ParamStore, path: &Path, prefix: &str, partial: bool) -> Result<LoadReport, WeightsError> {
     let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
-    let file = SafeTensors::deserialize(&bytes)
-        .map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
     load_from(store, path, &file, prefix, partial)
 }
 
@@ -224,9 +223,7 @@ pub fn save_safetensors(store: &ParamStore, path: &Path) -> std::io::Result<()> 
 pub fn write(path: &Path, tensors: Vec<Owned>, metadata: Option<std::collections::HashMap<String, String>>) -> std::io::Result<()> {
     let views = tensors
         .iter()
-        .map(|(name, dtype, shape, bytes)| {
-            TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.as_str(), v)).map_err(std::io::Error::other)
-        })
+        .map(|(name, dtype, shape, bytes)| TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.as_str(), v)).map_err(std::io::Error::other))
         .collect::<Result<Vec<_>, _>>()?;
     let buffer = safetensors::serialize(views, metadata).map_err(std::io::Error::other)?;
     write_atomically(path, &buffer)

@@ -211,10 +211,15 @@ impl Activations {
 
     /// The rank-4 tensors of group `i` (a detector's maps).
     pub fn maps(&self, i: usize) -> Vec<Tensor<4>> {
-        self.groups.get(i).into_iter().flatten().map(|t| match t {
-            AnyTensor::R4(t) => t.clone(),
-            other => panic!("expected a rank-4 map, got {:?}", other.dims()),
-        }).collect()
+        self.groups
+            .get(i)
+            .into_iter()
+            .flatten()
+            .map(|t| match t {
+                AnyTensor::R4(t) => t.clone(),
+                other => panic!("expected a rank-4 map, got {:?}", other.dims()),
+            })
+            .collect()
     }
 }
 
@@ -271,9 +276,9 @@ impl Value {
         Ok(match self {
             Value::Batch(_) | Value::Event => self,
             Value::Tensor(t) => Value::Tensor(f(t)?),
-            Value::Activations(a) => {
-                Value::Activations(Activations { groups: a.groups.into_iter().map(|g| g.into_iter().map(&mut f).collect::<Result<_, E>>()).collect::<Result<_, E>>()? })
-            }
+            Value::Activations(a) => Value::Activations(Activations {
+                groups: a.groups.into_iter().map(|g| g.into_iter().map(&mut f).collect::<Result<_, E>>()).collect::<Result<_, E>>()?,
+            }),
             Value::Loss(l) => {
                 let total = r1(f(AnyTensor::R1(l.total))?);
                 let parts = l.parts.into_iter().map(|(n, t)| Ok((n, r1(f(AnyTensor::R1(t))?)))).collect::<Result<_, E>>()?;
@@ -378,7 +383,9 @@ pub enum Part {
     From(String),
     /// The backward of one part of the step ([`Tape`]); `objective`: the slot of the loss the
     /// backward stage differentiates, when that part made it.
-    Backward { objective: Option<Slot> },
+    Backward {
+        objective: Option<Slot>,
+    },
 }
 
 /// What a stage reads and writes when it runs.

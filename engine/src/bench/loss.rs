@@ -29,7 +29,13 @@ fn targets(cfg: &LossBench, device: &Device) -> Tensor<3> {
             if m < cfg.boxes_per_image {
                 let (cx, cy) = (rng.random_range(0.1..0.9f32), rng.random_range(0.1..0.9f32));
                 let (w, h) = (rng.random_range(0.02..0.4f32), rng.random_range(0.02..0.4f32));
-                row.copy_from_slice(&[rng.random_range(0..cfg.nc) as f32, (cx - w / 2.0).max(0.0), (cy - h / 2.0).max(0.0), (cx + w / 2.0).min(1.0), (cy + h / 2.0).min(1.0)]);
+                row.copy_from_slice(&[
+                    rng.random_range(0..cfg.nc) as f32,
+                    (cx - w / 2.0).max(0.0),
+                    (cy - h / 2.0).max(0.0),
+                    (cx + w / 2.0).min(1.0),
+                    (cy + h / 2.0).min(1.0),
+                ]);
             } else {
                 row[0] = -1.0;
             }
@@ -42,15 +48,11 @@ pub fn run(cfg: &LossBench, device: &Device) -> Vec<Timing> {
     let strides = [8usize, 16, 32];
     let channels = 64 + cfg.nc;
     let loss = Yolo9Loss::libreyolo_default(cfg.nc);
-    let maps: Vec<Tensor<4>> = strides
-        .iter()
-        .map(|s| Tensor::random([cfg.batch, channels, cfg.height / s, cfg.width / s], Distribution::Normal(0.0, 1.0), device))
-        .collect();
+    let maps: Vec<Tensor<4>> =
+        strides.iter().map(|s| Tensor::random([cfg.batch, channels, cfg.height / s, cfg.width / s], Distribution::Normal(0.0, 1.0), device)).collect();
     let targets = targets(cfg, device);
     let tag = format!("b{} {}x{} M={}", cfg.batch, cfg.height, cfg.width, cfg.max_labels);
-    let mut rows = vec![time(&format!("loss eager {tag}"), device, cfg.warmup, cfg.iters, || {
-        loss.compute(&maps, &strides, targets.clone()).total
-    })];
+    let mut rows = vec![time(&format!("loss eager {tag}"), device, cfg.warmup, cfg.iters, || loss.compute(&maps, &strides, targets.clone()).total)];
 
     // Captured: the maps are stable buffers borrowed by the closure.
     let stable = RefCell::new(maps.clone());

@@ -26,12 +26,8 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, timer: &T
     // Inference fusion (what predict runs): the folding happens in the first run.
     let fused = Ctx::eval_fused(&params, None);
     let forward = || {
-        let plain = timer.time(&format!("forward (eval) {tag}"), || {
-            network.forward(images.clone(), &eval, false).main
-        });
-        let folded = timer.time(&format!("forward (eval, fused) {tag}"), || {
-            network.forward(images.clone(), &fused, false).main
-        });
+        let plain = timer.time(&format!("forward (eval) {tag}"), || network.forward(images.clone(), &eval, false).main);
+        let folded = timer.time(&format!("forward (eval, fused) {tag}"), || network.forward(images.clone(), &fused, false).main);
         [plain, folded]
     };
     if !cfg.train {

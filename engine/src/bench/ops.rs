@@ -20,9 +20,31 @@ use super::Timer;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum OpSpec {
-    ConvForward { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, bias: bool },
-    ConvInputGrad { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize },
-    ConvWeightGrad { input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize },
+    ConvForward {
+        input: [usize; 4],
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        padding: usize,
+        groups: usize,
+        bias: bool,
+    },
+    ConvInputGrad {
+        input: [usize; 4],
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        padding: usize,
+        groups: usize,
+    },
+    ConvWeightGrad {
+        input: [usize; 4],
+        c_out: usize,
+        k: usize,
+        stride: usize,
+        padding: usize,
+        groups: usize,
+    },
     /// Training BatchNorm (batch statistics) forward and backward, on a conv's output, with the
     /// SiLU after it when `act` (one fused operation in the network).
     BatchNormFwdBwd {
@@ -30,16 +52,32 @@ pub enum OpSpec {
         #[serde(default)]
         act: bool,
     },
-    SiluFwdBwd { input: [usize; 4] },
-    MaxPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
-    AvgPool { input: [usize; 4], k: usize, stride: usize, padding: usize },
-    Upsample { input: [usize; 4], scale: usize },
-    Concat { inputs: Vec<[usize; 4]> },
+    SiluFwdBwd {
+        input: [usize; 4],
+    },
+    MaxPool {
+        input: [usize; 4],
+        k: usize,
+        stride: usize,
+        padding: usize,
+    },
+    AvgPool {
+        input: [usize; 4],
+        k: usize,
+        stride: usize,
+        padding: usize,
+    },
+    Upsample {
+        input: [usize; 4],
+        scale: usize,
+    },
+    Concat {
+        inputs: Vec<[usize; 4]>,
+    },
 }
 
 /// The op kinds `bench ops --only` accepts, as [`OpSpec::kind`] names them.
-pub const KINDS: [&str; 9] =
-    ["conv-forward", "conv-input-grad", "conv-weight-grad", "batchnorm", "silu", "max-pool", "avg-pool", "upsample", "concat"];
+pub const KINDS: [&str; 9] = ["conv-forward", "conv-input-grad", "conv-weight-grad", "batchnorm", "silu", "max-pool", "avg-pool", "upsample", "concat"];
 
 impl OpSpec {
     /// The kind's command-line name (one of [`KINDS`]).

@@ -168,7 +168,13 @@ impl<G> CaptureManager<G> {
                 match ops.capture(prior_runs) {
                     Ok((mut graph, replayed)) => {
                         // The time is the capture's share of the warm-up (docs/history/).
-                        tracing::info!("cuda_graph: captured {} at input shape {:?} ({}) in {:.1} s", self.what, key.dims, key.dtype, started.elapsed().as_secs_f64());
+                        tracing::info!(
+                            "cuda_graph: captured {} at input shape {:?} ({}) in {:.1} s",
+                            self.what,
+                            key.dims,
+                            key.dtype,
+                            started.elapsed().as_secs_f64()
+                        );
                         match replayed.map(Ok).unwrap_or_else(|| ops.replay(&mut graph)) {
                             Ok(out) => {
                                 self.graphs.push((key.clone(), graph, 1));

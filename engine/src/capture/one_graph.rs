@@ -30,7 +30,12 @@ pub fn warmup_runs(prior_runs: u32) -> Result<usize, String> {
 
 fn parse_warmup_runs(value: Option<&str>, prior_runs: u32) -> Result<usize, String> {
     let Some(value) = value else { return Ok(default_warmup_runs(prior_runs)) };
-    value.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| format!("{WARMUP_ENV}={value:?}: expected a whole number of runs, at least 1 (the capture check's eager reference)"))
+    value
+        .trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{WARMUP_ENV}={value:?}: expected a whole number of runs, at least 1 (the capture check's eager reference)"))
 }
 
 #[cfg(test)]

@@ -134,7 +134,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             eprintln!("{} unique ops, {launches} launches per training step (b{} {}px)", ops.len(), args.batch, args.imgsz);
             if let Some(path) = spec {
                 let json = serde_json::json!({"batch": args.batch, "imgsz": args.imgsz, "manifest": manifest, "with_aux": with_aux, "reps": bench::ops::REPS, "ops": ops});
-                std::fs::write(path, serde_json::to_string_pretty(&json).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+                std::fs::write(path, serde_json::to_string_pretty(&json).expect("serializes"))
+                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
                 println!("wrote {} ({} unique ops)", path.display(), ops.len());
                 return Ok(());
             }
@@ -161,7 +162,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 }
                 if let Some(path) = &args.json {
                     let report = serde_json::json!({"device": device.describe(), "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "checks": rows});
-                    std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+                    std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes"))
+                        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
                 }
                 let failed = rows.iter().filter(|r| !r.pass).count();
                 if failed > 0 {
@@ -191,11 +193,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 println!("| {cat} | {d} | {n} | {ms:.3} |");
             }
             for r in &network_rows {
-                println!("| {} | {} | 1 | {:.3} |", r["category"].as_str().unwrap_or(""), r["dtype"].as_str().unwrap_or(""), r["ms"].as_f64().unwrap_or(f64::NAN));
+                println!(
+                    "| {} | {} | 1 | {:.3} |",
+                    r["category"].as_str().unwrap_or(""),
+                    r["dtype"].as_str().unwrap_or(""),
+                    r["ms"].as_f64().unwrap_or(f64::NAN)
+                );
             }
             if let Some(path) = &args.json {
                 let report = serde_json::json!({"device": device.describe(), "kernel_cache": kernel_cache, "conv_kernels": crate::kernel_cache::conv_kernels(), "batch": args.batch, "imgsz": args.imgsz, "graph": args.graph, "ops": all, "network": network_rows});
-                std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+                std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes"))
+                    .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
             }
             return Ok(());
         }
@@ -217,19 +225,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     };
     if let Some(path) = &args.json {
         let report = Report { device: device.describe(), kernel_cache, conv_kernels: crate::kernel_cache::conv_kernels(), timings };
-        std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes"))
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
 }
 
 /// The network timing of `args` in dtype `d` (with the training forward+backward when `train`).
 fn network_bench(args: &BenchArgs, d: Dtype, train: bool) -> bench::network::NetworkBench {
-    bench::network::NetworkBench {
-        batch: args.batch,
-        height: args.imgsz,
-        width: args.imgsz,
-        dtype: d.into(),
-        train,
-    }
+    bench::network::NetworkBench { batch: args.batch, height: args.imgsz, width: args.imgsz, dtype: d.into(), train }
 }

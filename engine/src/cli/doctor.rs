@@ -63,8 +63,7 @@ pub fn run(args: &DoctorArgs) -> Result<(), Failure> {
     let report = check(args)?;
     println!("{}", serde_json::to_string_pretty(&report).expect("report serializes"));
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report).expect("report serializes"))
-            .with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&report).expect("report serializes")).with_context(|| format!("writing {}", path.display()))?;
     }
     if !report.passed {
         return Err(Failure::Run(anyhow::anyhow!("doctor: some checks failed (see the report above)")));
@@ -226,7 +225,12 @@ impl UpdatedState {
     /// the device when first touched, after the next in-place update.
     fn values(&self) -> Vec<TensorData> {
         let read = |t: TensorData| TensorData::new(t.try_to_vec::<f32>().unwrap_or_default(), t.shape().clone());
-        vec![read(self.param.clone().into_data()), read(self.buffer.clone().into_data()), read(self.average.clone().into_data()), read(self.running.clone().into_data())]
+        vec![
+            read(self.param.clone().into_data()),
+            read(self.buffer.clone().into_data()),
+            read(self.average.clone().into_data()),
+            read(self.running.clone().into_data()),
+        ]
     }
 }
 
@@ -237,7 +241,11 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
     let (gv, bv) = (host_data(34, PARAM_LEN), host_data(35, CHANNELS));
     let inputs = |d: &Device| {
         let scalar = |v: f32| Tensor::<1>::from_data(TensorData::new(vec![v], [1]), d);
-        (Tensor::<1>::from_data(TensorData::new(gv.clone(), [PARAM_LEN]), d), Tensor::<1>::from_data(TensorData::new(bv.clone(), [CHANNELS]), d), [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)])
+        (
+            Tensor::<1>::from_data(TensorData::new(gv.clone(), [PARAM_LEN]), d),
+            Tensor::<1>::from_data(TensorData::new(bv.clone(), [CHANNELS]), d),
+            [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)],
+        )
     };
     let on_cpu = |values: &[TensorData]| {
         let t = |d: &TensorData| Tensor::<1>::from_data(TensorData::new(d.try_to_vec::<f32>().unwrap_or_default(), [d.num_elements()]), &cpu);

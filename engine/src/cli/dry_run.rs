@@ -44,7 +44,12 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         plan.segments.len(),
         plan.seams.len(),
         if m.capture.enabled.wanted() {
-            format!("{} (threshold {}, max_graphs {})", if m.capture.enabled == crate::manifest::CaptureMode::Auto { "auto" } else { "on" }, m.capture.threshold, m.capture.max_graphs)
+            format!(
+                "{} (threshold {}, max_graphs {})",
+                if m.capture.enabled == crate::manifest::CaptureMode::Auto { "auto" } else { "on" },
+                m.capture.threshold,
+                m.capture.max_graphs
+            )
         } else {
             "off (capture.enabled=false / cuda_graph=false: every stage runs eager)".to_string()
         }
@@ -74,7 +79,12 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
                 [one] => format!("`{}`", one.name),
                 [first, .., last] => format!("{} layers, `{}` .. `{}`", part.len(), first.name, last.name),
             };
-            let _ = writeln!(out, "      network seam after `{layer}`: {} with this stage; {} eager with the loss, between the graphs", names(&layers[..cut]), names(&layers[cut..]));
+            let _ = writeln!(
+                out,
+                "      network seam after `{layer}`: {} with this stage; {} eager with the loss, between the graphs",
+                names(&layers[..cut]),
+                names(&layers[cut..])
+            );
         }
     }
     let _ = writeln!(out, "\nsegments:");
@@ -88,13 +98,8 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
     }
     for seam in &plan.seams {
         let values: Vec<String> = seam.values.iter().map(|v| dag.name(*v)).collect();
-        let _ = writeln!(
-            out,
-            "  #{} | #{}  {}",
-            seam.after + 1,
-            seam.after + 2,
-            if values.is_empty() { "(ordering only)".to_string() } else { values.join(", ") }
-        );
+        let _ =
+            writeln!(out, "  #{} | #{}  {}", seam.after + 1, seam.after + 2, if values.is_empty() { "(ordering only)".to_string() } else { values.join(", ") });
     }
     let _ = write!(out, "{}", program_report(loaded, dag, device));
     out
@@ -110,7 +115,13 @@ fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevic
     let opts = crate::train::setup::program_options(loaded, device.backend, world, launch.is_some(), accumulate);
     let program = crate::step::Program::compile(dag, &opts);
     let _ = writeln!(out, "\n## program (what this run executes)\n");
-    let graph_of = |s: usize| program.region.as_ref().filter(|r| r.contains(&s) && program.segments[s].graph).map(|r| r.clone().filter(|&x| program.segments[x].graph && x <= s).count());
+    let graph_of = |s: usize| {
+        program
+            .region
+            .as_ref()
+            .filter(|r| r.contains(&s) && program.segments[s].graph)
+            .map(|r| r.clone().filter(|&x| program.segments[x].graph && x <= s).count())
+    };
     let width = (0..program.items.len()).map(|i| program.item_name(i).len()).max().unwrap_or(0);
     for (s, seg) in program.segments.iter().enumerate() {
         for i in seg.items.clone() {

@@ -66,9 +66,9 @@ struct TrainArgs {
 pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    if let Err(msg) = crate::kernel_cache::check_conv_kernels()
-        .and(crate::fusion_search::max_blocks().map(drop))
-        .and(crate::capture::one_graph::warmup_runs(0).map(drop)) {
+    if let Err(msg) =
+        crate::kernel_cache::check_conv_kernels().and(crate::fusion_search::max_blocks().map(drop)).and(crate::capture::one_graph::warmup_runs(0).map(drop))
+    {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }
@@ -214,5 +214,10 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("LIBREYOLO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
 }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Failure;
-use crate::manifest;
 use crate::capture::{CaptureManager, GraphMode};
+use crate::manifest;
 use crate::predict::{self, PredictConfig};
 use libreyolo_stages::val::nms::NmsConfig;
 
@@ -42,9 +42,7 @@ fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
             rest.push(s.clone());
             continue;
         };
-        let number = |what: &str| -> anyhow::Result<f64> {
-            v.trim().parse::<f64>().map_err(|_| anyhow::anyhow!("`{k}` expects {what}, got `{v}`"))
-        };
+        let number = |what: &str| -> anyhow::Result<f64> { v.trim().parse::<f64>().map_err(|_| anyhow::anyhow!("`{k}` expects {what}, got `{v}`")) };
         match k.trim() {
             "source" => own.source = Some(PathBuf::from(v)),
             "out" => own.out = Some(PathBuf::from(v)),

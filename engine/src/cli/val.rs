@@ -58,7 +58,9 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     if let Ok(state) = crate::train::checkpoint::read_state(&weights)
         && state.nc != nc
     {
-        return Err(anyhow::anyhow!("weights={} were trained for {} classes, but the dataset `{}` has {nc}", weights.display(), state.nc, cfg.yaml.display()).into());
+        return Err(
+            anyhow::anyhow!("weights={} were trained for {} classes, but the dataset `{}` has {nc}", weights.display(), state.nc, cfg.yaml.display()).into()
+        );
     }
     let dataset = data::open(&loaded, &cfg, Split::Val)?;
     let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
@@ -67,26 +69,18 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), None, (0, 1));
     let nms = validate::nms_config(&m.val);
     let start = std::time::Instant::now();
-    let (stats, dets) = validate::validate(network.head(), &loader, &device, &nms, &mut |x| {
-        crate::capture::forward::run(&network, &params, precision.compute, x)
-    })?;
+    let (stats, dets) =
+        validate::validate(network.head(), &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
     let seconds = start.elapsed().as_secs_f64();
     let detections = dets.len();
     let dtype = precision.compute.map(|d| format!("{d:?}")).unwrap_or_else(|| "F32".into());
-    println!(
-        "val: {} images of {} on {} ({dtype}), {detections} detections in {seconds:.1}s",
-        dataset.len(),
-        cfg.yaml.display(),
-        resolved.describe()
-    );
+    println!("val: {} images of {} on {} ({dtype}), {detections} detections in {seconds:.1}s", dataset.len(), cfg.yaml.display(), resolved.describe());
     println!("  mAP50-95 {:.4}  mAP50 {:.4}  mAP75 {:.4}", stats[0].max(0.0), stats[1].max(0.0), stats[2].max(0.0));
     if let Some(path) = save_json {
         // LibreYOLO's predictions.json: image_id (the split's index), category_id (the class),
         // bbox [x, y, w, h] in original pixels, score.
-        let rows: Vec<serde_json::Value> = dets
-            .iter()
-            .map(|d| serde_json::json!({"image_id": d.image, "category_id": d.category, "bbox": d.bbox, "score": d.score}))
-            .collect();
+        let rows: Vec<serde_json::Value> =
+            dets.iter().map(|d| serde_json::json!({"image_id": d.image, "category_id": d.category, "bbox": d.bbox, "score": d.score})).collect();
         std::fs::write(&path, serde_json::to_string(&rows).map_err(anyhow::Error::from)?)
             .map_err(|e| anyhow::anyhow!("writing save_json={}: {e}", path.display()))?;
         println!("  wrote {} ({detections} detections)", path.display());

@@ -98,11 +98,16 @@ impl StepDag {
             };
             if spec.inputs.len() != kind.inputs.len() {
                 return Err(source
-                    .error_at(&KeyPath::stage(i).key("inputs"), Part::Value, format!(
-                        "stage `{}` (kind `{}`) takes {} input(s), got {}",
-                        spec.name, kind.name, kind.inputs.len(), spec.inputs.len()
-                    ))
-                    .with_label(if kind.inputs.is_empty() { "expected no inputs".to_string() } else { format!("expected [{}]", kind.inputs.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")) }));
+                    .error_at(
+                        &KeyPath::stage(i).key("inputs"),
+                        Part::Value,
+                        format!("stage `{}` (kind `{}`) takes {} input(s), got {}", spec.name, kind.name, kind.inputs.len(), spec.inputs.len()),
+                    )
+                    .with_label(if kind.inputs.is_empty() {
+                        "expected no inputs".to_string()
+                    } else {
+                        format!("expected [{}]", kind.inputs.iter().map(|p| p.name).collect::<Vec<_>>().join(", "))
+                    }));
             }
             let mut inputs = Vec::new();
             for (j, reference) in spec.inputs.iter().enumerate() {
@@ -111,21 +116,29 @@ impl StepDag {
                 let (wanted, got) = (kind.inputs[j], registry.get(&specs[input.stage].kind).expect("checked").outputs[input.port]);
                 if wanted.ty != got.ty && type_error.is_none() {
                     // Reported after the cycle check: a cycle is the more basic mistake.
-                    type_error = Some(source
-                        .error_at(&at, Part::Value, format!(
-                            "stage `{}` reads `{reference}` as its `{}` input, which takes {}, but `{reference}` is {}",
-                            spec.name, wanted.name, wanted.ty.name(), got.ty.name()
-                        ))
-                        .with_label(format!("{} expected", wanted.ty.name())));
+                    type_error = Some(
+                        source
+                            .error_at(
+                                &at,
+                                Part::Value,
+                                format!(
+                                    "stage `{}` reads `{reference}` as its `{}` input, which takes {}, but `{reference}` is {}",
+                                    spec.name,
+                                    wanted.name,
+                                    wanted.ty.name(),
+                                    got.ty.name()
+                                ),
+                            )
+                            .with_label(format!("{} expected", wanted.ty.name())),
+                    );
                 }
                 inputs.push(input);
             }
-            if spec.capture && let Some(why) = kind.not_capturable {
+            if spec.capture
+                && let Some(why) = kind.not_capturable
+            {
                 return Err(source
-                    .error_at(&KeyPath::stage(i).key("capture"), Part::Value, format!(
-                        "stage `{}` (kind `{}`) cannot be captured: {why}",
-                        spec.name, kind.name
-                    ))
+                    .error_at(&KeyPath::stage(i).key("capture"), Part::Value, format!("stage `{}` (kind `{}`) cannot be captured: {why}", spec.name, kind.name))
                     .with_label("set `capture = false`"));
             }
             for (j, event) in spec.recapture_on.iter().enumerate() {
@@ -163,11 +176,7 @@ impl StepDag {
         if let Some(cycle) = find_cycle(&graph) {
             let names: Vec<&str> = cycle.iter().map(|&i| stages[i].name.as_str()).collect();
             let mut d = source
-                .error_at(&KeyPath::stage(cycle[0]).key("inputs"), Part::Value, format!(
-                    "the step DAG has a cycle: {} -> {}",
-                    names.join(" -> "),
-                    names[0]
-                ))
+                .error_at(&KeyPath::stage(cycle[0]).key("inputs"), Part::Value, format!("the step DAG has a cycle: {} -> {}", names.join(" -> "), names[0]))
                 .with_label(format!("`{}` waits on `{}`", names[0], names[names.len() - 1]));
             for &i in &cycle[1..] {
                 d = d.with_related(source.span_of(&KeyPath::stage(i).key("inputs"), Part::Value), format!("inputs of `{}`", stages[i].name));
@@ -183,10 +192,7 @@ impl StepDag {
 
     /// The stages that read `value`.
     pub fn readers(&self, value: ValueRef) -> impl Iterator<Item = usize> + '_ {
-        self.graph
-            .edges(NodeIndex::new(value.stage))
-            .filter(move |e| *e.weight() == value)
-            .map(|e| self.graph[e.target()])
+        self.graph.edges(NodeIndex::new(value.stage)).filter(move |e| *e.weight() == value).map(|e| self.graph[e.target()])
     }
 
     /// The seam inside the network (`until` of the `network.forward` stage), if any.
@@ -248,9 +254,7 @@ fn check_until(loaded: &LoadedManifest, i: usize, kind: &Kind, layer: &str) -> R
         layers[seam + 1..].iter().find(|l| reads_images(l)).map(|l| format!("layer `{}` after it reads the images", l.name))
     };
     match why {
-        Some(why) => Err(source
-            .error_at(&at, Part::Value, format!("stage `{stage}` cannot cut the network after `{layer}`: {why}"))
-            .with_label("not a seam")),
+        Some(why) => Err(source.error_at(&at, Part::Value, format!("stage `{stage}` cannot cut the network after `{layer}`: {why}")).with_label("not a seam")),
         None => Ok(()),
     }
 }
@@ -307,22 +311,13 @@ fn resolve_input(
 
 /// A cycle as stage indices in order, starting from its first stage in manifest order.
 fn find_cycle(graph: &DiGraph<usize, ValueRef>) -> Option<Vec<usize>> {
-    let scc = tarjan_scc(graph)
-        .into_iter()
-        .filter(|c| c.len() > 1)
-        .min_by_key(|c| c.iter().map(|n| graph[*n]).min())?;
+    let scc = tarjan_scc(graph).into_iter().filter(|c| c.len() > 1).min_by_key(|c| c.iter().map(|n| graph[*n]).min())?;
     let start = *scc.iter().min_by_key(|n| graph[**n])?;
     // Walk edges inside the component until we are back at the start: a depth-first search
     // that keeps its path.
     let mut path = vec![start];
     let mut visited = vec![start];
-    fn walk(
-        graph: &DiGraph<usize, ValueRef>,
-        scc: &[NodeIndex],
-        start: NodeIndex,
-        path: &mut Vec<NodeIndex>,
-        visited: &mut Vec<NodeIndex>,
-    ) -> bool {
+    fn walk(graph: &DiGraph<usize, ValueRef>, scc: &[NodeIndex], start: NodeIndex, path: &mut Vec<NodeIndex>, visited: &mut Vec<NodeIndex>) -> bool {
         let here = *path.last().unwrap();
         let mut next: Vec<NodeIndex> = graph.neighbors(here).filter(|n| scc.contains(n)).collect();
         next.sort_by_key(|n| graph[*n]);

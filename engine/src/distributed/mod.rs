@@ -60,16 +60,9 @@ pub fn launch_from(env: &HashMap<String, String>) -> Result<Option<Launch>, Stri
     }
     let missing: Vec<&str> = VARS.iter().copied().filter(|v| !env.contains_key(*v)).collect();
     if !missing.is_empty() {
-        return Err(format!(
-            "a launcher set {} but not {}: a multi-process launch needs all of {}",
-            set.join(", "),
-            missing.join(", "),
-            VARS.join(", ")
-        ));
+        return Err(format!("a launcher set {} but not {}: a multi-process launch needs all of {}", set.join(", "), missing.join(", "), VARS.join(", ")));
     }
-    let number = |k: &str| -> Result<usize, String> {
-        env[k].trim().parse::<usize>().map_err(|_| format!("{k}={} is not a non-negative integer", env[k]))
-    };
+    let number = |k: &str| -> Result<usize, String> { env[k].trim().parse::<usize>().map_err(|_| format!("{k}={} is not a non-negative integer", env[k])) };
     let (rank, local_rank, world_size) = (number("RANK")?, number("LOCAL_RANK")?, number("WORLD_SIZE")?);
     if world_size == 0 || rank >= world_size {
         return Err(format!("RANK={rank} must be below WORLD_SIZE={world_size}"));
@@ -89,10 +82,7 @@ impl Launch {
             ));
         }
         if self.world_size > cuda_devices {
-            return Err(format!(
-                "WORLD_SIZE={} asks for one GPU per rank, but this machine has {cuda_devices} CUDA device(s)",
-                self.world_size
-            ));
+            return Err(format!("WORLD_SIZE={} asks for one GPU per rank, but this machine has {cuda_devices} CUDA device(s)", self.world_size));
         }
         Ok(())
     }
@@ -150,10 +140,7 @@ mod tests {
         let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>();
         assert_eq!(launch_from(&env(&[])), Ok(None));
         let full = [("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")];
-        assert_eq!(
-            launch_from(&env(&full)),
-            Ok(Some(Launch { rank: 1, local_rank: 1, world_size: 2, master_addr: "127.0.0.1".into(), master_port: 29500 }))
-        );
+        assert_eq!(launch_from(&env(&full)), Ok(Some(Launch { rank: 1, local_rank: 1, world_size: 2, master_addr: "127.0.0.1".into(), master_port: 29500 })));
         let err = launch_from(&env(&full[..3])).unwrap_err();
         assert!(err.contains("not MASTER_ADDR, MASTER_PORT"), "{err}");
         let mut bad = full;

@@ -98,9 +98,7 @@ mod tests {
         let port = free_port();
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| (i * 7) as u8);
         let ids: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..3)
-                .map(|rank| s.spawn(move || exchange(&launch(rank, 3, port), Duration::from_secs(20), || Ok(id))))
-                .collect();
+            let handles: Vec<_> = (0..3).map(|rank| s.spawn(move || exchange(&launch(rank, 3, port), Duration::from_secs(20), || Ok(id)))).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         for got in ids {

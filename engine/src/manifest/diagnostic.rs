@@ -68,10 +68,8 @@ impl Diagnostic {
         let mut group = Group::with_title(Level::ERROR.primary_title(self.title.as_str()));
         match &self.location {
             Location::Source { path, text, span } => {
-                let mut snippet = Snippet::source(&**text)
-                    .path(path.display().to_string())
-                    .fold(true)
-                    .annotation(AnnotationKind::Primary.span(span.clone()).label(label));
+                let mut snippet =
+                    Snippet::source(&**text).path(path.display().to_string()).fold(true).annotation(AnnotationKind::Primary.span(span.clone()).label(label));
                 for (span, label) in &self.related {
                     snippet = snippet.annotation(AnnotationKind::Context.span(span.clone()).label(label.as_str()));
                 }
@@ -120,8 +118,7 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
     for candidate in candidates {
         let c_lc = candidate.to_ascii_lowercase();
         let mut distance = strsim::damerau_levenshtein(&word_lc, &c_lc);
-        let close = distance <= (word.len() / 3).max(1)
-            || (word.len() >= 3 && (c_lc.starts_with(&word_lc) || word_lc.starts_with(&c_lc)));
+        let close = distance <= (word.len() / 3).max(1) || (word.len() >= 3 && (c_lc.starts_with(&word_lc) || word_lc.starts_with(&c_lc)));
         if !close {
             continue;
         }
@@ -156,12 +153,9 @@ mod tests {
     #[test]
     fn renders_file_line_and_help() {
         let text: Arc<str> = Arc::from("[run]\nepoch = 3\n");
-        let d = Diagnostic::new(
-            "unknown key `epoch` in [run]",
-            Location::Source { path: "m.toml".into(), text, span: 6..11 },
-        )
-        .with_label("unknown key")
-        .with_help(suggestion("epoch", ["epochs"]));
+        let d = Diagnostic::new("unknown key `epoch` in [run]", Location::Source { path: "m.toml".into(), text, span: 6..11 })
+            .with_label("unknown key")
+            .with_help(suggestion("epoch", ["epochs"]));
         let out = d.render(false);
         assert!(out.contains("error: unknown key `epoch` in [run]"), "{out}");
         assert!(out.contains("m.toml:2:1"), "{out}");

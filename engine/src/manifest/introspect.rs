@@ -37,12 +37,7 @@ impl de::Error for Stop {
 impl<'de> Deserializer<'de> for FieldRecorder<'_> {
     type Error = Stop;
 
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        fields: &'static [&'static str],
-        _visitor: V,
-    ) -> Result<V::Value, Stop> {
+    fn deserialize_struct<V: Visitor<'de>>(self, _name: &'static str, fields: &'static [&'static str], _visitor: V) -> Result<V::Value, Stop> {
         *self.fields = Some(fields);
         Err(Stop)
     }

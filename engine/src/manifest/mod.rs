@@ -47,15 +47,11 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<LoadedManifest, Diagnos
 /// folder) merged under it: its tables merged key by key, anything else (values, arrays,
 /// `[[stage]]`) replaced. `chain`: the files being read, to refuse a cycle.
 fn read(path: &Path, chain: &mut Vec<PathBuf>) -> Result<(ManifestSource, toml::Table), Diagnostic> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostic::new(format!("cannot read manifest `{}`: {e}", path.display()), Location::File {
-            path: path.to_path_buf(),
-        })
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostic::new(format!("cannot read manifest `{}`: {e}", path.display()), Location::File { path: path.to_path_buf() }))?;
     let mut source = ManifestSource::parse(path, text)?;
-    let mut table: toml::Table = toml::from_str(&source.text).map_err(|e| {
-        source.error_at(&KeyPath::root(), Part::Key, format!("invalid TOML: {}", e.message().trim()))
-    })?;
+    let mut table: toml::Table =
+        toml::from_str(&source.text).map_err(|e| source.error_at(&KeyPath::root(), Part::Key, format!("invalid TOML: {}", e.message().trim())))?;
     chain.push(normalize(path));
     let Some(extends) = table.remove("extends") else { return Ok((source, table)) };
     let at = KeyPath::root().key("extends");
@@ -89,13 +85,7 @@ fn merge(under: &mut toml::Table, over: toml::Table) {
 
 fn stage_names(table: &toml::Table) -> Vec<String> {
     let stages = table.get("stage").and_then(|s| s.as_array());
-    stages
-        .map(|a| {
-            a.iter()
-                .map(|s| s.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+    stages.map(|a| a.iter().map(|s| s.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_string()).collect()).unwrap_or_default()
 }
 
 /// Deserializes the manifest; an override that failed only because it was read as a number or

@@ -57,17 +57,12 @@ const ALIASES: &[(&str, &str)] = &[
 /// Parses one argument. `stage_names` are the manifest's stage names, in order.
 pub fn parse(arg: &str, stage_names: &[String]) -> Result<Override, Diagnostic> {
     let Some((key, raw)) = arg.split_once('=') else {
-        return Err(Diagnostic::new(
-            format!("expected `key=value`, got `{arg}`"),
-            Location::CommandLine { arg: arg.to_string(), span: 0..arg.len() },
-        )
-        .with_help(Some("settings are overridden as `key=value`, e.g. `epochs=100` or `capture.threshold=5`".into())));
+        return Err(Diagnostic::new(format!("expected `key=value`, got `{arg}`"), Location::CommandLine { arg: arg.to_string(), span: 0..arg.len() })
+            .with_help(Some("settings are overridden as `key=value`, e.g. `epochs=100` or `capture.threshold=5`".into())));
     };
     let key_len = key.len();
     let fail = |title: String, help: Option<String>| {
-        Diagnostic::new(title, Location::CommandLine { arg: arg.to_string(), span: 0..key_len.max(1) })
-            .with_label("unknown setting")
-            .with_help(help)
+        Diagnostic::new(title, Location::CommandLine { arg: arg.to_string(), span: 0..key_len.max(1) }).with_label("unknown setting").with_help(help)
     };
     let path = resolve_key(key.trim(), stage_names).map_err(|(title, help)| fail(title, help))?;
     let (value, raw_string) = parse_value(raw);
@@ -113,20 +108,15 @@ fn resolve_key(key: &str, stage_names: &[String]) -> Result<KeyPath, (String, Op
             for s in sections() {
                 flat.extend(section_keys(s).unwrap_or_default().iter().map(|f| f.to_string()));
             }
-            let help = did_you_mean(key, flat.iter().map(String::as_str)).map(|f| {
-                match resolve_key(f, stage_names) {
-                    Ok(path) if path.to_string() != f => format!("did you mean `{f}` ({path})?"),
-                    _ => format!("did you mean `{f}`?"),
-                }
+            let help = did_you_mean(key, flat.iter().map(String::as_str)).map(|f| match resolve_key(f, stage_names) {
+                Ok(path) if path.to_string() != f => format!("did you mean `{f}` ({path})?"),
+                _ => format!("did you mean `{f}`?"),
             });
             Err((format!("unknown setting `{key}`"), help))
         }
         many => {
             let options: Vec<String> = many.iter().map(|s| format!("`{s}.{key}`")).collect();
-            Err((
-                format!("`{key}` is ambiguous: it is a setting of several sections"),
-                Some(format!("write one of {}", options.join(", "))),
-            ))
+            Err((format!("`{key}` is ambiguous: it is a setting of several sections"), Some(format!("write one of {}", options.join(", ")))))
         }
     }
 }
@@ -137,9 +127,7 @@ fn resolve_stage_key(key: &str, rest: &str, stage_names: &[String]) -> Result<Ke
         return Err((format!("incomplete stage setting `{key}`"), usage));
     };
     let Some(index) = stage_names.iter().position(|n| n == name) else {
-        let help = did_you_mean(name, stage_names.iter().map(String::as_str))
-            .map(|n| format!("did you mean `stage.{n}.{field}`?"))
-            .or(usage);
+        let help = did_you_mean(name, stage_names.iter().map(String::as_str)).map(|n| format!("did you mean `stage.{n}.{field}`?")).or(usage);
         return Err((format!("no stage is named `{name}`"), help));
     };
     let fields = fields_of::<StageSpec>();
@@ -156,19 +144,12 @@ pub fn apply(table: &mut toml::Table, o: &Override) {
     match o.path.0.as_slice() {
         // `stage.NAME.FIELD`: the stage was found by name, so the table exists.
         [Segment::Key(stage), Segment::Index(i), Segment::Key(field)] if stage == "stage" => {
-            if let Some(t) = table
-                .get_mut("stage")
-                .and_then(|s| s.as_array_mut())
-                .and_then(|a| a.get_mut(*i))
-                .and_then(|t| t.as_table_mut())
-            {
+            if let Some(t) = table.get_mut("stage").and_then(|s| s.as_array_mut()).and_then(|a| a.get_mut(*i)).and_then(|t| t.as_table_mut()) {
                 t.insert(field.clone(), o.value.clone());
             }
         }
         [Segment::Key(section), Segment::Key(field)] => {
-            let section = table
-                .entry(section.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let section = table.entry(section.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
             // A section written as a non-table in the file stays as it is: the schema check
             // reports that line.
             if let Some(section) = section.as_table_mut() {

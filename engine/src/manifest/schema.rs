@@ -161,15 +161,7 @@ pub struct OptimSettings {
 
 impl Default for OptimSettings {
     fn default() -> Self {
-        Self {
-            optimizer: Optimizer::Sgd,
-            lr0: 0.01,
-            momentum: 0.937,
-            weight_decay: 5e-4,
-            nesterov: true,
-            nbs: None,
-            clip_max_norm: 0.0,
-        }
+        Self { optimizer: Optimizer::Sgd, lr0: 0.01, momentum: 0.937, weight_decay: 5e-4, nesterov: true, nbs: None, clip_max_norm: 0.0 }
     }
 }
 
@@ -186,13 +178,7 @@ pub struct ScheduleSettings {
 
 impl Default for ScheduleSettings {
     fn default() -> Self {
-        Self {
-            scheduler: Scheduler::Linear,
-            warmup_epochs: 3.0,
-            warmup_lr_start: 1e-4,
-            warmup_momentum: 0.8,
-            min_lr_ratio: 0.01,
-        }
+        Self { scheduler: Scheduler::Linear, warmup_epochs: 3.0, warmup_lr_start: 1e-4, warmup_momentum: 0.8, min_lr_ratio: 0.01 }
     }
 }
 
@@ -269,14 +255,7 @@ pub struct ValSettings {
 
 impl Default for ValSettings {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            eval_interval: 10,
-            conf: 0.001,
-            iou: 0.65,
-            max_det: 300,
-            max_candidates: 30000,
-        }
+        Self { enabled: true, eval_interval: 10, conf: 0.001, iou: 0.65, max_det: 300, max_candidates: 30000 }
     }
 }
 
@@ -363,29 +342,28 @@ pub fn sections() -> impl Iterator<Item = &'static str> {
 pub fn section_keys(section: &str) -> Option<Vec<&'static str>> {
     use super::introspect::fields_of;
     // A section a stage kind owns: the keys of every built-in kind that reads it.
-    let owned: Vec<&'static str> = libreyolo_stages::kinds::builtin()
-        .kinds()
-        .filter_map(|k| k.settings.filter(|s| s.section == section))
-        .flat_map(|s| s.keys.iter().copied())
-        .collect();
+    let owned: Vec<&'static str> =
+        libreyolo_stages::kinds::builtin().kinds().filter_map(|k| k.settings.filter(|s| s.section == section)).flat_map(|s| s.keys.iter().copied()).collect();
     if !owned.is_empty() {
         return Some(owned);
     }
-    Some(match section {
-        "run" => fields_of::<RunSettings>(),
-        "data" => fields_of::<DataSettings>(),
-        "model" => fields_of::<ModelSettings>(),
-        "precision" => fields_of::<PrecisionSettings>(),
-        "optim" => fields_of::<OptimSettings>(),
-        "schedule" => fields_of::<ScheduleSettings>(),
-        "ema" => fields_of::<EmaSettings>(),
-        "augment" => fields_of::<AugmentSettings>(),
-        "val" => fields_of::<ValSettings>(),
-        "capture" => fields_of::<CaptureSettings>(),
-        "profile" => fields_of::<ProfileSettings>(),
-        _ => return None,
-    }
-    .to_vec())
+    Some(
+        match section {
+            "run" => fields_of::<RunSettings>(),
+            "data" => fields_of::<DataSettings>(),
+            "model" => fields_of::<ModelSettings>(),
+            "precision" => fields_of::<PrecisionSettings>(),
+            "optim" => fields_of::<OptimSettings>(),
+            "schedule" => fields_of::<ScheduleSettings>(),
+            "ema" => fields_of::<EmaSettings>(),
+            "augment" => fields_of::<AugmentSettings>(),
+            "val" => fields_of::<ValSettings>(),
+            "capture" => fields_of::<CaptureSettings>(),
+            "profile" => fields_of::<ProfileSettings>(),
+            _ => return None,
+        }
+        .to_vec(),
+    )
 }
 
 #[cfg(test)]

@@ -33,10 +33,7 @@ impl ManifestSource {
         let text_arc: Arc<str> = Arc::from(text.as_str());
         let doc = toml_edit::Document::parse(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
-            Diagnostic::new(
-                format!("invalid TOML: {}", e.message().trim()),
-                Location::Source { path: path.to_path_buf(), text: text_arc.clone(), span },
-            )
+            Diagnostic::new(format!("invalid TOML: {}", e.message().trim()), Location::Source { path: path.to_path_buf(), text: text_arc.clone(), span })
         })?;
         Ok(Self { path: path.to_path_buf(), text: text_arc, doc, overrides: vec![], base: None })
     }
@@ -67,10 +64,7 @@ impl ManifestSource {
             return base.error_at(path, part, title);
         }
         match self.span_of(path, part) {
-            Some(span) => Diagnostic::new(
-                title,
-                Location::Source { path: self.path.clone(), text: self.text.clone(), span },
-            ),
+            Some(span) => Diagnostic::new(title, Location::Source { path: self.path.clone(), text: self.text.clone(), span }),
             None => Diagnostic::new(title, Location::File { path: self.path.clone() }),
         }
     }

@@ -11,19 +11,13 @@ const MAX_STRIDE: u32 = 32;
 
 /// The first setting that is out of its range, as a diagnostic.
 pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic> {
-    let bad = |key: &str, title: String, label: String| {
-        Err(source.error_at(&KeyPath::dotted(key), Part::Value, title).with_label(label))
-    };
+    let bad = |key: &str, title: String, label: String| Err(source.error_at(&KeyPath::dotted(key), Part::Value, title).with_label(label));
 
     if m.run.epochs == 0 {
         return bad("run.epochs", "`run.epochs` must be at least 1".into(), "no epochs to train".into());
     }
     if m.run.batch == 0 || m.run.batch < -1 {
-        return bad(
-            "run.batch",
-            format!("`run.batch` must be a positive number of images, or -1 for AutoBatch; got {}", m.run.batch),
-            "invalid batch".into(),
-        );
+        return bad("run.batch", format!("`run.batch` must be a positive number of images, or -1 for AutoBatch; got {}", m.run.batch), "invalid batch".into());
     }
     if let super::values::DeviceRequest::Cuda(ids) = &m.run.device
         && ids.len() > 1
@@ -42,9 +36,11 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
                 ImgSize::Rect { .. } => format!("the imgsz {name}"),
             };
             return Err(source
-                .error_at(&KeyPath::dotted("run.imgsz"), Part::Value, format!(
-                    "{what} must be a multiple of {MAX_STRIDE} (the network's largest stride); got {side}"
-                ))
+                .error_at(
+                    &KeyPath::dotted("run.imgsz"),
+                    Part::Value,
+                    format!("{what} must be a multiple of {MAX_STRIDE} (the network's largest stride); got {side}"),
+                )
                 .with_label(format!("not a multiple of {MAX_STRIDE}"))
                 .with_help(Some(if lower == upper { format!("use {lower}") } else { format!("use {lower} or {upper}") })));
         }

@@ -70,9 +70,7 @@ impl<'de> Deserialize<'de> for ImgSize {
                         (Some(height), Some(width)) => Ok(ImgSize::Rect { height, width }),
                         _ => Err(E::custom(format!("expected {IMGSZ_EXPECTED}, got \"{v}\""))),
                     },
-                    None => parse(v)
-                        .map(ImgSize::Square)
-                        .ok_or_else(|| E::custom(format!("expected {IMGSZ_EXPECTED}, got \"{v}\""))),
+                    None => parse(v).map(ImgSize::Square).ok_or_else(|| E::custom(format!("expected {IMGSZ_EXPECTED}, got \"{v}\""))),
                 }
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<ImgSize, A::Error> {
@@ -123,9 +121,8 @@ impl std::str::FromStr for DeviceRequest {
         let ids = s.strip_prefix("cuda:").unwrap_or(s);
         let mut parsed = Vec::new();
         for part in ids.split(',') {
-            let id = part.trim().parse::<usize>().map_err(|_| {
-                format!("expected \"auto\", \"cpu\", a GPU index like \"0\" or a list like \"0,1\"; got \"{s}\"")
-            })?;
+            let id =
+                part.trim().parse::<usize>().map_err(|_| format!("expected \"auto\", \"cpu\", a GPU index like \"0\" or a list like \"0,1\"; got \"{s}\""))?;
             if parsed.contains(&id) {
                 return Err(format!("GPU {id} is listed twice in device \"{s}\""));
             }
@@ -150,9 +147,7 @@ impl<'de> Deserialize<'de> for DeviceRequest {
                 f.write_str("\"auto\", \"cpu\", a GPU index like 0 or a list like \"0,1\"")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<DeviceRequest, E> {
-                usize::try_from(v)
-                    .map(|i| DeviceRequest::Cuda(vec![i]))
-                    .map_err(|_| E::custom(format!("a GPU index cannot be negative, got {v}")))
+                usize::try_from(v).map(|i| DeviceRequest::Cuda(vec![i])).map_err(|_| E::custom(format!("a GPU index cannot be negative, got {v}")))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<DeviceRequest, E> {
                 self.visit_i64(v as i64)

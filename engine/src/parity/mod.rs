@@ -95,19 +95,11 @@ impl ParityReport {
         .map(|(name, v, tol)| (name.to_string(), v, tol))
         .chain(terms)
         .collect();
-        let mut out: Vec<String> = checks
-            .iter()
-            .filter(|(_, v, tol)| !(v <= tol))
-            .map(|(name, v, tol)| format!("{name}: {v:.3e} > {tol:.0e}"))
-            .collect();
+        let mut out: Vec<String> = checks.iter().filter(|(_, v, tol)| !(v <= tol)).map(|(name, v, tol)| format!("{name}: {v:.3e} > {tol:.0e}")).collect();
         if !n.bn_counts_match {
             out.push("num_batches_tracked differs".into());
         }
-        for (what, count) in [
-            ("valid mask", l.valid_mask_mismatches),
-            ("gt index", l.gt_index_mismatches),
-            ("target class", l.target_cls_mismatches),
-        ] {
+        for (what, count) in [("valid mask", l.valid_mask_mismatches), ("gt index", l.gt_index_mismatches), ("target class", l.target_cls_mismatches)] {
             if count > 0 {
                 out.push(format!("TAL {what}: {count} anchors differ"));
             }
@@ -223,8 +215,7 @@ fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &De
     let ldev = loss_device.unwrap_or(device);
     let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), ldev);
     // On another device the maps become leaves there, detached from the network's graph.
-    let leaves: Option<Vec<Tensor<4>>> =
-        loss_device.map(|d| maps.iter().map(|m| Tensor::<4>::from_data(m.to_data(), d).autodiff().require_grad()).collect());
+    let leaves: Option<Vec<Tensor<4>>> = loss_device.map(|d| maps.iter().map(|m| Tensor::<4>::from_data(m.to_data(), d).autodiff().require_grad()).collect());
     let terms = Yolo9Loss::libreyolo_default(network.head().nc).compute(leaves.as_ref().unwrap_or(&maps), &network.head().strides, targets);
 
     let (_, positive) = read(&terms.assignment.positive);

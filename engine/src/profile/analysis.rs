@@ -2,8 +2,8 @@
 //! (reference section c): the verdict comes from the unsynchronised half only, utilisation is
 //! kernel busy time over the unsynchronised step time, and the first matching rule wins.
 
-use serde::{Deserialize, Serialize};
 use crate::kernel_cache::CompileCost;
+use serde::{Deserialize, Serialize};
 
 /// Schema tag of `profile.json`.
 pub const SCHEMA: &str = "libreyolo_run.profile/v1";
@@ -245,7 +245,22 @@ pub fn category(name: &str) -> &'static str {
         "gemm / conv"
     } else if any(&["copy", "transpose", "permute", "cat", "slice", "gather", "scatter", "pad", "contiguous", "layout", "repeat", "fill"]) {
         "layout / copy"
-    } else if any(&["elemwise", "elementwise", "fuse", "unary", "binary", "scalar", "clamp", "cast", "mask", "select", "compare", "pool", "interpolate", "nearest"]) {
+    } else if any(&[
+        "elemwise",
+        "elementwise",
+        "fuse",
+        "unary",
+        "binary",
+        "scalar",
+        "clamp",
+        "cast",
+        "mask",
+        "select",
+        "compare",
+        "pool",
+        "interpolate",
+        "nearest",
+    ]) {
         "elementwise"
     } else {
         "other"
@@ -362,13 +377,7 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
     }
     categories.sort_by(|a, b| b.ms_per_step.total_cmp(&a.ms_per_step));
 
-    let inputs = VerdictInputs {
-        step_ms,
-        dataload_ms,
-        gpu_busy_ms_per_step: busy,
-        kernels_per_step,
-        mallocs_per_step: m.pool_pages_per_step.unwrap_or(0.0),
-    };
+    let inputs = VerdictInputs { step_ms, dataload_ms, gpu_busy_ms_per_step: busy, kernels_per_step, mallocs_per_step: m.pool_pages_per_step.unwrap_or(0.0) };
     let (bound, why) = verdict(inputs);
     let util = if step_ms > 0.0 { busy / step_ms } else { 0.0 };
     let batch = meta.batch;
@@ -379,7 +388,14 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
     };
     Profile {
         schema: SCHEMA.into(),
-        window: Window { warmup, real_steps: real.len(), synced_steps: synced.len(), first_step_s: m.first_step_s, warmup_s: m.warmup_s, warmup_compile: m.warmup_compile.clone() },
+        window: Window {
+            warmup,
+            real_steps: real.len(),
+            synced_steps: synced.len(),
+            first_step_s: m.first_step_s,
+            warmup_s: m.warmup_s,
+            warmup_compile: m.warmup_compile.clone(),
+        },
         real: Real {
             step_ms,
             step_ms_min: fastest_step_ms(&real, &synced, step_ms_median),
@@ -475,7 +491,13 @@ mod tests {
         let m = Measurements {
             steps: vec![step(0, false, 40.0, 10.0), step(1, false, 60.0, 10.0), step(2, true, 80.0, 0.0), step(3, true, 80.0, 0.0)],
             kernels: (0..4)
-                .map(|i| KernelEvent { name: "conv".into(), phase: if i % 2 == 0 { "forward".into() } else { "backward".into() }, step: 2 + i / 2, start_ms: 0.0, dur_ms: 10.0 })
+                .map(|i| KernelEvent {
+                    name: "conv".into(),
+                    phase: if i % 2 == 0 { "forward".into() } else { "backward".into() },
+                    step: 2 + i / 2,
+                    start_ms: 0.0,
+                    dur_ms: 10.0,
+                })
                 .collect(),
             kernel_timing: Some("device".into()),
             ..Default::default()

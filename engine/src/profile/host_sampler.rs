@@ -38,7 +38,12 @@ impl HostSampler {
     pub fn from_env() -> anyhow::Result<Option<Self>> {
         let Some(path) = std::env::var_os(ENV).filter(|p| !p.is_empty()) else { return Ok(None) };
         let steps = match std::env::var(STEPS_ENV) {
-            Ok(v) => v.trim().parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("{STEPS_ENV}={v:?}: expected a whole number of steps, at least 1"))?,
+            Ok(v) => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| anyhow::anyhow!("{STEPS_ENV}={v:?}: expected a whole number of steps, at least 1"))?,
             Err(_) => 1,
         };
         Ok(Some(Self {
@@ -159,7 +164,9 @@ fn summary(stacks: &[Stack], elapsed_s: f64) -> String {
     let ms = |n: u64| n as f64 * 1000.0 / SAMPLES_PER_S as f64;
     let mut out = String::new();
     let _ = writeln!(out, "host CPU samples: {total} (~{:.0} ms of CPU time at {SAMPLES_PER_S} Hz) over {elapsed_s:.2} s of wall time", ms(total));
-    for (title, table, limit) in [("per thread", &per_thread, TOP), ("inclusive, by function", &inclusive, TOP), ("self, by function", &own, TOP), ("self, by crate", &per_crate, 20)] {
+    for (title, table, limit) in
+        [("per thread", &per_thread, TOP), ("inclusive, by function", &inclusive, TOP), ("self, by function", &own, TOP), ("self, by crate", &per_crate, 20)]
+    {
         let _ = writeln!(out, "\n## {title}\n{:>8} {:>6}  name", "ms", "%");
         let mut rows: Vec<(&&str, &u64)> = table.iter().collect();
         rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

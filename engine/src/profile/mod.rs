@@ -114,7 +114,8 @@ impl Profiler {
             }
         }
         if i == self.active / 2 {
-            self.pages_per_step = self.pages_at_real_start.zip(pool_pages(&self.device)).map(|(a, b)| b.saturating_sub(a) as f64 / (self.active / 2).max(1) as f64);
+            self.pages_per_step =
+                self.pages_at_real_start.zip(pool_pages(&self.device)).map(|(a, b)| b.saturating_sub(a) as f64 / (self.active / 2).max(1) as f64);
             // Once: a fetch that finds the epoch over begins this step again, and a second
             // recorder would uninstall the process-wide observer when it replaced the first
             // (every batch-16 COCO128 profile on the H200 had an empty kernel view).
@@ -274,7 +275,11 @@ pub fn report(p: &Profile) -> String {
         }
     }
     if let (Some(first), Some(all)) = (p.window.first_step_s, p.window.warmup_s) {
-        let _ = writeln!(s, "  warm-up {all:.1} s before the window ({} steps; the first step {first:.1} s: kernel compilation, autotune, capture)", p.window.warmup);
+        let _ = writeln!(
+            s,
+            "  warm-up {all:.1} s before the window ({} steps; the first step {first:.1} s: kernel compilation, autotune, capture)",
+            p.window.warmup
+        );
         if let Some(cost) = &p.window.warmup_compile {
             let _ = writeln!(s, "  warm-up compilation: {cost}");
         }

@@ -235,7 +235,9 @@ impl Executor {
             if i == span.start && span.start < span.end {
                 first_run = self.precompile_first_run(&board, span.clone(), step);
             }
-            if i == region.start && let Some(graphs) = self.graphs.as_mut() {
+            if i == region.start
+                && let Some(graphs) = self.graphs.as_mut()
+            {
                 probe.enter("captured");
                 let key = self.core.key(&board, &self.entry);
                 let before = graphs.replays();

@@ -141,10 +141,7 @@ fn read_scalar(t: Tensor<1>) -> f64 {
 
 /// Stable copies of `board`'s values at `slots`: fresh buffers a graph reads in place.
 fn stable_copies(board: &Board, slots: &[Slot]) -> Vec<(Slot, Value)> {
-    slots
-        .iter()
-        .filter_map(|&s| board.get(s).map(|v| (s, v.with_tensors(v.tensors().iter().map(AnyTensor::fresh_copy).collect()))))
-        .collect()
+    slots.iter().filter_map(|&s| board.get(s).map(|v| (s, v.with_tensors(v.tensors().iter().map(AnyTensor::fresh_copy).collect())))).collect()
 }
 
 /// Writes the step's values into stable buffers, in place. The stable values are taken apart
@@ -294,7 +291,11 @@ impl RegionOps<'_> {
                 }
             }
             // A failed stop still takes the stream out of capture mode.
-            let graph = if window { Some(Dispatch::graph_stop_capture(d).map_err(|e| PassError::Window(format!("recording {}: {e:?}", describe(core, s))))) } else { None };
+            let graph = if window {
+                Some(Dispatch::graph_stop_capture(d).map_err(|e| PassError::Window(format!("recording {}: {e:?}", describe(core, s)))))
+            } else {
+                None
+            };
             ran?;
             let graph = graph.transpose()?;
             made_by_graph.extend(seg.outputs.iter().copied());
@@ -433,7 +434,10 @@ pub fn agree(eager: (f64, f64), again: (f64, f64), replayed: (f64, f64), what: &
     let overflowed = !eager.1.is_finite() && !again.1.is_finite();
     let no_loss = eager.0.is_nan() && again.0.is_nan() && replayed.0.is_nan();
     if !no_loss && !(spread(eager.0, replayed.0) <= tol_loss) {
-        Err(format!("the replayed loss {} differs from eager {} on the capture batch (tolerance {tol_loss:.1e}; two eager runs: {} and {})", replayed.0, eager.0, eager.0, again.0))
+        Err(format!(
+            "the replayed loss {} differs from eager {} on the capture batch (tolerance {tol_loss:.1e}; two eager runs: {} and {})",
+            replayed.0, eager.0, eager.0, again.0
+        ))
     } else if overflowed {
         if replayed.1.is_finite() {
             Err(format!("the replayed {what} (sum of squares {:.6e}) is finite where both eager runs overflowed ({} and {})", replayed.1, eager.1, again.1))

@@ -33,13 +33,7 @@ pub struct TrainState {
 
 const STATE_KEY: &str = "libreyolo_run.train_state";
 
-pub fn save(
-    path: &Path,
-    model: &ParamStore,
-    ema: Option<&ParamStore>,
-    optimizer: Vec<(String, Tensor<1>)>,
-    state: &TrainState,
-) -> anyhow::Result<()> {
+pub fn save(path: &Path, model: &ParamStore, ema: Option<&ParamStore>, optimizer: Vec<(String, Tensor<1>)>, state: &TrainState) -> anyhow::Result<()> {
     let mut tensors: Vec<Owned> = weights::owned(ema.unwrap_or(model), "model.");
     tensors.extend(weights::owned(model, "train_model."));
     tensors.extend(optimizer.iter().map(|(n, t)| weights::owned_vector(format!("optimizer.{n}"), t)));

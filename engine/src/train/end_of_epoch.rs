@@ -38,7 +38,16 @@ impl EndOfEpoch {
     /// Records epoch `epoch` (`out`, `seconds` long); on rank 0 validates, checkpoints and
     /// decides whether to go on, which every replica then follows.
     #[allow(clippy::too_many_arguments)]
-    pub fn epoch_done(&mut self, t: &Trainer<'_>, run: Option<&mut RunDir>, val: Option<&Loader>, state: &mut TrainState, epoch: usize, out: EpochOut, seconds: f64) -> anyhow::Result<After> {
+    pub fn epoch_done(
+        &mut self,
+        t: &Trainer<'_>,
+        run: Option<&mut RunDir>,
+        val: Option<&Loader>,
+        state: &mut TrainState,
+        epoch: usize,
+        out: EpochOut,
+        seconds: f64,
+    ) -> anyhow::Result<After> {
         let m = &t.loaded.manifest;
         let epochs = m.run.epochs as usize;
         let mut record = EpochRecord {
@@ -112,7 +121,13 @@ impl EndOfEpoch {
             })?,
             None => validate::validate(head, loader, device, &self.nms, &mut |x| forward(x))?,
         };
-        eprintln!("  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)", stats[0].max(0.0), stats[1].max(0.0), dets.len(), started.elapsed().as_secs_f64());
+        eprintln!(
+            "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
+            stats[0].max(0.0),
+            stats[1].max(0.0),
+            dets.len(),
+            started.elapsed().as_secs_f64()
+        );
         Ok(stats)
     }
 

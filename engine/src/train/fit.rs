@@ -108,7 +108,14 @@ fn start_profiler(t: &mut Trainer<'_>, resolved: &ResolvedDevice, batch: usize, 
 
 /// One replica's training: all of it alone, its shard of every batch (and, on rank 0, every
 /// side effect) in a data-parallel run.
-pub fn fit(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, datasets: &Datasets, batch: usize, replica: Replica) -> anyhow::Result<TrainSummary> {
+pub fn fit(
+    loaded: &LoadedManifest,
+    dag: &StepDag,
+    resolved: &ResolvedDevice,
+    datasets: &Datasets,
+    batch: usize,
+    replica: Replica,
+) -> anyhow::Result<TrainSummary> {
     let m = &loaded.manifest;
     let (mut run, run_path) = run_dir(loaded, &replica)?;
     let loaders = loaders(loaded, datasets, batch, &replica)?;

@@ -138,9 +138,9 @@ pub fn resolve_batch(loaded: &LoadedManifest, dag: &StepDag, nc: usize, resolved
     let ordinal = resolved.ids[0];
     let precision = Precision::new(m, resolved.backend, &device)?;
     let total = autobatch::total_gib(ordinal)?;
-    let per_gpu = match autobatch::probe(loaded, dag, nc, &device, &precision, total).and_then(|points| {
-        autobatch::fit(&points, total, autobatch::FRACTION).map_err(anyhow::Error::msg)
-    }) {
+    let per_gpu = match autobatch::probe(loaded, dag, nc, &device, &precision, total)
+        .and_then(|points| autobatch::fit(&points, total, autobatch::FRACTION).map_err(anyhow::Error::msg))
+    {
         Ok((per_gpu, raw)) => {
             tracing::info!("AutoBatch: cuda:{ordinal} {total:.1} GiB, target {:.0}%: {per_gpu} images per GPU (fit {raw:.1})", autobatch::FRACTION * 100.0);
             per_gpu
@@ -156,4 +156,3 @@ pub fn resolve_batch(loaded: &LoadedManifest, dag: &StepDag, nc: usize, resolved
     }
     Ok(batch)
 }
-

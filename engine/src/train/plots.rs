@@ -65,11 +65,8 @@ fn line_plot(path: &Path, title: &str, series: &[(&str, Vec<(f64, f64)>)]) -> an
 pub fn draw(dir: &Path, records: &[EpochRecord]) -> anyhow::Result<()> {
     let pts = |f: &dyn Fn(&EpochRecord) -> f64| records.iter().map(|r| (r.epoch as f64 + 1.0, f(r))).collect::<Vec<_>>();
     let names: Vec<String> = records.last().map(|r| r.losses.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
-    let series: Vec<(&str, Vec<(f64, f64)>)> = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| (name.as_str(), pts(&|r: &EpochRecord| r.losses.get(i).map_or(f64::NAN, |(_, v)| *v))))
-        .collect();
+    let series: Vec<(&str, Vec<(f64, f64)>)> =
+        names.iter().enumerate().map(|(i, name)| (name.as_str(), pts(&|r: &EpochRecord| r.losses.get(i).map_or(f64::NAN, |(_, v)| *v)))).collect();
     line_plot(&dir.join("losses.png"), "training losses", &series)?;
     let validated: Vec<&EpochRecord> = records.iter().filter(|r| r.map.is_some()).collect();
     let mpts = |i: usize| validated.iter().map(|r| (r.epoch as f64 + 1.0, r.map.unwrap()[i])).collect::<Vec<_>>();

@@ -66,4 +66,3 @@ pub fn dynamic_scaling(m: &Manifest, backend: Backend) -> Option<f64> {
     });
     forced.or((m.precision.amp && m.precision.dtype == AmpDtype::Fp16 && backend == Backend::Cuda).then_some(LossScale::INITIAL))
 }
-

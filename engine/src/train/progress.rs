@@ -16,9 +16,7 @@ pub fn bar(len: u64, prefix: &str) -> ProgressBar {
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
     bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:28}] {pos}/{len} {elapsed_precise}<{eta_precise} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template("{prefix} [{bar:28}] {pos}/{len} {elapsed_precise}<{eta_precise} {msg}").expect("valid template").progress_chars("=> "),
     );
     bar.set_prefix(prefix.to_string());
     bar
@@ -26,8 +24,5 @@ pub fn bar(len: u64, prefix: &str) -> ProgressBar {
 
 /// `, GPU memory X GB` when the device's memory pool reports it.
 pub fn memory(device: &Device) -> String {
-    device
-        .memory_pool_usage()
-        .map(|u| format!(", mem {:.2} GB", u.bytes_in_use as f64 / 1e9))
-        .unwrap_or_default()
+    device.memory_pool_usage().map(|u| format!(", mem {:.2} GB", u.bytes_in_use as f64 / 1e9)).unwrap_or_default()
 }

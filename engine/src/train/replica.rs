@@ -38,12 +38,8 @@ impl Shared {
     /// replica blocked in a collective that a peer never joins waits forever otherwise.
     fn stalled(&self, limit: Duration) -> Option<String> {
         let now = self.started.elapsed().as_millis() as usize;
-        let (rank, (steps, at)) = self
-            .progress
-            .iter()
-            .map(|(steps, at)| (steps.load(Ordering::SeqCst), at.load(Ordering::SeqCst)))
-            .enumerate()
-            .min_by_key(|(_, (_, at))| *at)?;
+        let (rank, (steps, at)) =
+            self.progress.iter().map(|(steps, at)| (steps.load(Ordering::SeqCst), at.load(Ordering::SeqCst))).enumerate().min_by_key(|(_, (_, at))| *at)?;
         let idle = Duration::from_millis((now - at.min(now)) as u64);
         (idle > limit).then(|| {
             format!(

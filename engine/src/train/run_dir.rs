@@ -148,11 +148,7 @@ impl RunDir {
 
     /// Every epoch recorded so far (from `metrics.jsonl`).
     pub fn records(&self) -> Vec<EpochRecord> {
-        std::fs::read_to_string(self.path.join("metrics.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        std::fs::read_to_string(self.path.join("metrics.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 }
 

@@ -145,7 +145,15 @@ pub fn update(loaded: &LoadedManifest, model: &Model, device: &Device, accumulat
 }
 
 /// Builds each stage of `dag` (then the engine's `grad.sync`) for a run.
-pub fn stages(loaded: &LoadedManifest, dag: &StepDag, model: &Model, update: &Update, precision: &Precision, group: Rc<dyn Group>, device: &Device) -> anyhow::Result<Vec<Rc<dyn Stage>>> {
+pub fn stages(
+    loaded: &LoadedManifest,
+    dag: &StepDag,
+    model: &Model,
+    update: &Update,
+    precision: &Precision,
+    group: Rc<dyn Group>,
+    device: &Device,
+) -> anyhow::Result<Vec<Rc<dyn Stage>>> {
     let m = &loaded.manifest;
     let manifest = toml::Table::try_from(m).expect("the manifest serializes");
     let world = group.devices().map_or(1, <[Device]>::len);
@@ -171,7 +179,15 @@ pub fn stages(loaded: &LoadedManifest, dag: &StepDag, model: &Model, update: &Up
 impl<'a> Trainer<'a> {
     /// The trainer of `replica` for a run at global `batch`, `iters_per_epoch` optimizer steps an
     /// epoch.
-    pub fn new(loaded: &'a LoadedManifest, dag: &'a StepDag, resolved: &ResolvedDevice, nc: usize, batch: usize, iters_per_epoch: usize, replica: Replica) -> anyhow::Result<Self> {
+    pub fn new(
+        loaded: &'a LoadedManifest,
+        dag: &'a StepDag,
+        resolved: &ResolvedDevice,
+        nc: usize,
+        batch: usize,
+        iters_per_epoch: usize,
+        replica: Replica,
+    ) -> anyhow::Result<Self> {
         let m = &loaded.manifest;
         let device = replica.device().clone();
         let precision = Precision::new(m, resolved.backend, &device)?;
@@ -197,7 +213,11 @@ impl<'a> Trainer<'a> {
         }
         let stages = stages(loaded, dag, &model, &update, &precision, Rc::new(replica.clone()), &device)?;
         let core = Core::new(program, dag, stages, device.clone(), precision.compute, std::env::var_os(crate::capture::one_graph::SOFTWARE_ENV).is_some());
-        let graphs = core.program.region.as_ref().map(|_| CaptureManager::new(&format!("training step {}", core.program.describe_region()), m.capture.threshold, m.capture.max_graphs as usize));
+        let graphs = core
+            .program
+            .region
+            .as_ref()
+            .map(|_| CaptureManager::new(&format!("training step {}", core.program.describe_region()), m.capture.threshold, m.capture.max_graphs as usize));
         let mut exec = Executor::new(core, graphs);
         if exec.graphs.is_some() {
             // Every captured graph reads the parameters (validation's, the EMA weights) at the

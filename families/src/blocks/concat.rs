@@ -15,7 +15,11 @@ pub static BLOCK: BlockKind = BlockKind {
     build: |b| {
         let strides: Vec<usize> = b.inputs.iter().map(|s| s.stride).collect();
         if strides.windows(2).any(|w| w[0] != w[1]) {
-            return Err(TopologyError::new(b.args.layer, Some("from"), format!("`{}` concatenates maps of different strides {strides:?}; their sizes would not match", b.name)));
+            return Err(TopologyError::new(
+                b.args.layer,
+                Some("from"),
+                format!("`{}` concatenates maps of different strides {strides:?}; their sizes would not match", b.name),
+            ));
         }
         Ok((Rc::new(Concat), Some(Shape { channels: b.inputs.iter().map(|s| s.channels).sum(), stride: strides[0] })))
     },

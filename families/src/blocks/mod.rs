@@ -16,7 +16,7 @@ pub mod upsample;
 pub use batch_norm::BatchNorm;
 pub use conv::{Conv, Conv2d, ConvShape};
 pub use detect::DDetect;
-pub use downsample::{ADown, AConv};
+pub use downsample::{AConv, ADown};
 pub use elan::Elan;
 pub use rep_conv::RepConvN;
 pub use rep_ncsp::{RepNBottleneck, RepNCSP};

@@ -21,10 +21,7 @@ pub struct SPPELAN {
 
 impl SPPELAN {
     pub fn new(b: &mut Builder, c_in: usize, hidden: usize, c_out: usize) -> Self {
-        Self {
-            cv1: Conv::new(&mut b.pp("cv1"), ConvShape::new(c_in, hidden, 1, 1)),
-            cv5: Conv::new(&mut b.pp("cv5"), ConvShape::new(4 * hidden, c_out, 1, 1)),
-        }
+        Self { cv1: Conv::new(&mut b.pp("cv1"), ConvShape::new(c_in, hidden, 1, 1)), cv5: Conv::new(&mut b.pp("cv5"), ConvShape::new(4 * hidden, c_out, 1, 1)) }
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {

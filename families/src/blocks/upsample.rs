@@ -18,7 +18,11 @@ pub static BLOCK: BlockKind = BlockKind {
         let input = b.single()?;
         let scale = b.args.usize_or("scale", 2)?;
         if input.stride % scale != 0 {
-            return Err(TopologyError::new(b.args.layer, Some("args.scale"), format!("upsampling a stride-{} map by {scale} does not give a whole stride", input.stride)));
+            return Err(TopologyError::new(
+                b.args.layer,
+                Some("args.scale"),
+                format!("upsampling a stride-{} map by {scale} does not give a whole stride", input.stride),
+            ));
         }
         Ok((Rc::new(Upsample(scale)), Some(Shape { channels: input.channels, stride: input.stride / scale })))
     },

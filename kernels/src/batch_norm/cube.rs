@@ -3,12 +3,12 @@
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
+use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::kernel::{into_contiguous, untile};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::ops::permute;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::CubeBackend;
 
 use super::kernels::{self, CUBE_UNITS};
 use super::{BatchNormActBackend, STATS_ROWS};

@@ -53,12 +53,7 @@ pub trait BatchNormActBackend: Backend {
 
     /// `(dx, [dweight; dbias])` from the gradient of `y`: dx in x's dtype, the second `[2, C]` f32.
     #[fusion(meta = backward_meta)]
-    fn batch_norm_act_backward(
-        x: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        stats: FloatTensor<Self>,
-        act: bool,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn batch_norm_act_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, stats: FloatTensor<Self>, act: bool) -> (FloatTensor<Self>, FloatTensor<Self>) {
         reference::backward::<Self>(x, grad, stats, act)
     }
 }
@@ -90,13 +85,8 @@ pub struct BatchNormAct {
 pub fn batch_norm_act(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, epsilon: f64, act: bool) -> BatchNormAct {
     use burn::tensor::FloatDType;
     let (weight, bias) = (weight.cast(FloatDType::F32), bias.cast(FloatDType::F32));
-    let (y, stats) = <burn::backend::Dispatch as BatchNormActBackend>::batch_norm_act_forward(
-        x.into_dispatch(),
-        weight.into_dispatch(),
-        bias.into_dispatch(),
-        epsilon,
-        act,
-    );
+    let (y, stats) =
+        <burn::backend::Dispatch as BatchNormActBackend>::batch_norm_act_forward(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), epsilon, act);
     let stats = Tensor::<2>::from_dispatch(stats).detach();
     let row = |r: usize| stats.clone().narrow(0, r, 1).reshape([-1]);
     BatchNormAct { output: Tensor::from_dispatch(y), mean: row(MEAN), var: row(VAR) }

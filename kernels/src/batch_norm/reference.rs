@@ -68,7 +68,10 @@ pub fn backward<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>, stats: Floa
     let centred = B::float_sub(xf, mean);
     let sum_gy = channel_sum::<B>(gy.clone());
     let sum_gy_xc = channel_sum::<B>(B::float_mul(gy.clone(), centred.clone()));
-    let a = B::float_neg(B::float_div_scalar(B::float_mul(B::float_mul(scale.clone(), B::float_mul(rstd.clone(), rstd.clone())), sum_gy_xc.clone()), Scalar::Float(m)));
+    let a = B::float_neg(B::float_div_scalar(
+        B::float_mul(B::float_mul(scale.clone(), B::float_mul(rstd.clone(), rstd.clone())), sum_gy_xc.clone()),
+        Scalar::Float(m),
+    ));
     let b = B::float_neg(B::float_div_scalar(B::float_mul(scale.clone(), sum_gy.clone()), Scalar::Float(m)));
     let dx = B::float_add(B::float_add(B::float_mul(gy, scale), B::float_mul(centred, a)), b);
     let flat = |t: FloatTensor<B>| B::float_reshape(t, Shape::new([1, c]));

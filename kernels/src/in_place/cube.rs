@@ -12,7 +12,15 @@ use super::kernels::{self, CUBE_UNITS};
 use super::{InPlaceBackend, reference};
 
 impl InPlaceBackend for CubeBackend {
-    fn sgd_step(param: CubeTensor, buffer: CubeTensor, grad: CubeTensor, lr: CubeTensor, momentum: CubeTensor, weight_decay: f64, nesterov: bool) -> (CubeTensor, CubeTensor) {
+    fn sgd_step(
+        param: CubeTensor,
+        buffer: CubeTensor,
+        grad: CubeTensor,
+        lr: CubeTensor,
+        momentum: CubeTensor,
+        weight_decay: f64,
+        nesterov: bool,
+    ) -> (CubeTensor, CubeTensor) {
         if !all_f32(&[&param, &buffer, &grad, &lr, &momentum]) {
             return reference::sgd_step::<Self>(param, buffer, grad, lr, momentum, weight_decay, nesterov);
         }

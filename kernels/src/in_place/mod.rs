@@ -59,7 +59,15 @@ pub trait InPlaceBackend: Backend {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sgd_meta(param: &TensorSpec, buffer: &TensorSpec, _grad: &TensorSpec, _lr: &TensorSpec, _momentum: &TensorSpec, _wd: &f64, _nesterov: &bool) -> (TensorSpec, TensorSpec) {
+fn sgd_meta(
+    param: &TensorSpec,
+    buffer: &TensorSpec,
+    _grad: &TensorSpec,
+    _lr: &TensorSpec,
+    _momentum: &TensorSpec,
+    _wd: &f64,
+    _nesterov: &bool,
+) -> (TensorSpec, TensorSpec) {
     (param.clone(), buffer.clone())
 }
 

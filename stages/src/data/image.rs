@@ -12,9 +12,7 @@ use image::RgbImage;
 pub const EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp"];
 
 pub fn is_image(path: &Path) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
 /// Decodes `path` to RGB8.
@@ -26,12 +24,7 @@ pub fn decode(path: &Path) -> Result<RgbImage, String> {
 
 /// Width and height from the file header, without decoding the pixels.
 pub fn dimensions(path: &Path) -> Result<(u32, u32), String> {
-    image::ImageReader::open(path)
-        .map_err(|e| e.to_string())?
-        .with_guessed_format()
-        .map_err(|e| e.to_string())?
-        .into_dimensions()
-        .map_err(|e| e.to_string())
+    image::ImageReader::open(path).map_err(|e| e.to_string())?.with_guessed_format().map_err(|e| e.to_string())?.into_dimensions().map_err(|e| e.to_string())
 }
 
 /// Resizes `img` to `width` x `height` (bilinear).

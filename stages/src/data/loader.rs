@@ -63,11 +63,7 @@ pub struct Loader {
 
 impl Loader {
     pub fn new(dataset: Arc<Dataset>, cfg: LoaderConfig) -> Self {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(cfg.workers.max(1))
-            .thread_name(|i| format!("loader-{i}"))
-            .build()
-            .expect("a thread pool");
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(cfg.workers.max(1)).thread_name(|i| format!("loader-{i}")).build().expect("a thread pool");
         Self { dataset, cfg, pool: Arc::new(pool) }
     }
 
@@ -115,9 +111,8 @@ impl Loader {
             .name("loader".into())
             .spawn(move || {
                 for first in (0..batches).step_by(group) {
-                    let spans: Vec<Vec<usize>> = (first..(first + group).min(batches))
-                        .map(|b| (b * cfg.batch..((b + 1) * cfg.batch).min(order.len())).collect())
-                        .collect();
+                    let spans: Vec<Vec<usize>> =
+                        (first..(first + group).min(batches)).map(|b| (b * cfg.batch..((b + 1) * cfg.batch).min(order.len())).collect()).collect();
                     for batch in pool.install(|| make_batches(&dataset, &cfg, epoch, &spans, &order)) {
                         if tx.send(batch).is_err() {
                             return; // the consumer stopped
@@ -191,16 +186,7 @@ pub fn assemble(samples: &[Sample], height: u32, width: u32, max_labels: usize) 
         }
         truncated += s.targets.len().saturating_sub(max_labels);
     }
-    Batch {
-        images,
-        targets,
-        size: samples.len(),
-        height,
-        width,
-        max_labels,
-        indices: samples.iter().map(|s| s.index).collect(),
-        truncated_labels: truncated,
-    }
+    Batch { images, targets, size: samples.len(), height, width, max_labels, indices: samples.iter().map(|s| s.index).collect(), truncated_labels: truncated }
 }
 
 /// A well-mixed 64-bit seed from three values (SplitMix64 finaliser).

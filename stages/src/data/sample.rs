@@ -114,9 +114,7 @@ fn normalise(boxes: &Boxes, height: u32, width: u32) -> Vec<[f32; 5]> {
         .xyxy
         .iter()
         .zip(&boxes.cls)
-        .map(|(b, c)| {
-            [*c as f32, (b[0] / w).clamp(0.0, 1.0), (b[1] / h).clamp(0.0, 1.0), (b[2] / w).clamp(0.0, 1.0), (b[3] / h).clamp(0.0, 1.0)]
-        })
+        .map(|(b, c)| [*c as f32, (b[0] / w).clamp(0.0, 1.0), (b[1] / h).clamp(0.0, 1.0), (b[2] / w).clamp(0.0, 1.0), (b[3] / h).clamp(0.0, 1.0)])
         .collect()
 }
 

@@ -73,9 +73,7 @@ impl Stage for NetworkBackward {
                 terms.push(outputs.iter().zip(&upstream).map(|(o, u)| o.dot(u)).reduce(|a, b| a.add(b)).expect("an output has tensors"));
             }
         }
-        let Some(objective) = terms.into_iter().reduce(|a, b| a.add(b)) else {
-            anyhow::bail!("nothing reaches the loss from this part of the step")
-        };
+        let Some(objective) = terms.into_iter().reduce(|a, b| a.add(b)) else { anyhow::bail!("nothing reaches the loss from this part of the step") };
         let grads = objective.backward();
         let mut params: Grads = vec![];
         let mut stats = vec![];

@@ -22,7 +22,9 @@ pub static KIND: Kind = Kind {
     outputs: &[port("preds", Ty::Activations)],
     not_capturable: None,
     autodiff: Autodiff::Forward,
-    collective: |p: &Parallel| (p.world > 1 && p.sync_bn).then_some("SyncBatchNorm all-reduces inside the forward; with several GPUs capture needs `sync_bn=false`"),
+    collective: |p: &Parallel| {
+        (p.world > 1 && p.sync_bn).then_some("SyncBatchNorm all-reduces inside the forward; with several GPUs capture needs `sync_bn=false`")
+    },
     settings: None,
     build: |b| Ok(Rc::new(NetworkForward::new(b))),
 };

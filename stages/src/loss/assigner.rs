@@ -93,7 +93,9 @@ pub fn assign(cfg: AssignerConfig, anchors: &Anchors, targets: Tensor<3>, pred_c
     //    logits make equal class scores common early in training) a threshold keeps more than k.
     let candidates = in_grid.mul(align.clone());
     let k = cfg.topk.min(a);
-    let (_, top) = candidates.clone().topk_with_indices(k, 2); // (B, M, k), distinct per row
+    // `argtopk`, not `topk_with_indices`: the autodiff backend runs the latter through the
+    // default sort, which reads the tensor on the host (fatal inside a CUDA graph).
+    let top = candidates.clone().argtopk(k, 2); // (B, M, k), distinct per row
     let in_top = Tensor::<3>::zeros([b, m, a], &device).scatter(2, top, Tensor::ones([b, m, k], &device), IndexingUpdateOp::Add);
     let mut chosen = in_top.mul(candidates.greater_elem(0.0).float());
 

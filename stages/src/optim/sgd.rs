@@ -51,8 +51,7 @@ impl Optimizer for Sgd {
     }
 
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)> {
-        let mut out: Vec<(String, Tensor<1>)> =
-            self.buffers.iter().map(|(id, b)| (format!("{}.momentum_buffer", store.entry(*id).name), b.clone())).collect();
+        let mut out: Vec<(String, Tensor<1>)> = self.buffers.iter().map(|(id, b)| (format!("{}.momentum_buffer", store.entry(*id).name), b.clone())).collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
@@ -89,7 +88,9 @@ mod tests {
         let bias = b.conv_bias(4, 27);
         let base = state.store;
         let grads: Vec<Vec<(ParamId, Tensor<1>)>> = (0..3)
-            .map(|_| vec![(w, Tensor::random([108], Distribution::Normal(0.0, 1.0), &device)), (bias, Tensor::random([4], Distribution::Normal(0.0, 1.0), &device))])
+            .map(|_| {
+                vec![(w, Tensor::random([108], Distribution::Normal(0.0, 1.0), &device)), (bias, Tensor::random([4], Distribution::Normal(0.0, 1.0), &device))]
+            })
             .collect();
         let run = |stable: bool| {
             let mut store = base.clone();

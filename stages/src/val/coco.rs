@@ -23,10 +23,8 @@ pub struct Detection {
 }
 
 /// The 12 numbers of `COCOeval.summarize()`, in its order.
-pub const STAT_NAMES: [&str; 12] = [
-    "mAP50-95", "mAP50", "mAP75", "mAP_small", "mAP_medium", "mAP_large", "AR1", "AR10", "AR100", "AR_small", "AR_medium",
-    "AR_large",
-];
+pub const STAT_NAMES: [&str; 12] =
+    ["mAP50-95", "mAP50", "mAP75", "mAP_small", "mAP_medium", "mAP_large", "AR1", "AR10", "AR100", "AR_small", "AR_medium", "AR_large"];
 
 const AREAS: [[f64; 2]; 4] = [[0.0, 1e10], [0.0, 1024.0], [1024.0, 9216.0], [9216.0, 1e10]];
 const MAX_DETS: [usize; 3] = [1, 10, 100];
@@ -154,9 +152,7 @@ pub fn evaluate(images: usize, categories: usize, gts: &[GroundTruth], dts: &[De
     let max_det_all = *MAX_DETS.last().unwrap();
     for k in 0..k_n {
         for (a, area) in AREAS.iter().enumerate() {
-            let evals: Vec<ImageEval> = (0..images)
-                .filter_map(|i| evaluate_image(&gt_by[k][i], &dt_by[k][i], *area, max_det_all, &thresholds))
-                .collect();
+            let evals: Vec<ImageEval> = (0..images).filter_map(|i| evaluate_image(&gt_by[k][i], &dt_by[k][i], *area, max_det_all, &thresholds)).collect();
             if evals.is_empty() {
                 continue;
             }
@@ -230,5 +226,18 @@ pub fn evaluate(images: usize, categories: usize, gts: &[GroundTruth], dts: &[De
         mean_valid(v)
     };
     // IoU 0.5 is threshold 0, 0.75 is threshold 5.
-    [ap(None, 0, 2), ap(Some(0), 0, 2), ap(Some(5), 0, 2), ap(None, 1, 2), ap(None, 2, 2), ap(None, 3, 2), ar(0, 0), ar(0, 1), ar(0, 2), ar(1, 2), ar(2, 2), ar(3, 2)]
+    [
+        ap(None, 0, 2),
+        ap(Some(0), 0, 2),
+        ap(Some(5), 0, 2),
+        ap(None, 1, 2),
+        ap(None, 2, 2),
+        ap(None, 3, 2),
+        ar(0, 0),
+        ar(0, 1),
+        ar(0, 2),
+        ar(1, 2),
+        ar(2, 2),
+        ar(3, 2),
+    ]
 }

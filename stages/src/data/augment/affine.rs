@@ -34,10 +34,7 @@ pub fn random_matrix(p: &AffineParams, out_w: u32, out_h: u32, rng: &mut impl Rn
     let shear_y = uniform(-p.shear, p.shear).to_radians().tan();
     let tx = uniform(-p.translate, p.translate) * out_w as f64;
     let ty = uniform(-p.translate, p.translate) * out_h as f64;
-    [
-        [r[0][0] + shear_y * r[1][0], r[0][1] + shear_y * r[1][1], tx],
-        [r[1][0] + shear_x * r[0][0], r[1][1] + shear_x * r[0][1], ty],
-    ]
+    [[r[0][0] + shear_y * r[1][0], r[0][1] + shear_y * r[1][1], tx], [r[1][0] + shear_x * r[0][0], r[1][1] + shear_x * r[0][1], ty]]
 }
 
 /// Bits of the fixed-point bilinear weights (each axis).
