@@ -265,11 +265,14 @@ fn validation_replays_its_forward_like_eager() {
 /// graphs and eager items, trained for one epoch through software graphs, each like eager:
 /// bit for bit where the arithmetic is the same, within 2% over the epoch where a cut inside the
 /// network sums its branches in another order (its first step exact).
+/// A seam-table row: name, captured stages, extra overrides, graphs, the program's region.
+type SeamRow = (&'static str, &'static [&'static str], &'static [&'static str], usize, &'static str);
+
 #[test]
 fn every_seam_of_the_table_trains_like_eager() {
     const STAGES: [&str; 5] = ["forward", "loss", "backward", "optimizer", "ema"];
     // (name, captured stages, extra overrides, graphs, the program's region)
-    let table: [(&str, &[&str], &[&str], usize, &str); 11] = [
+    let table: [SeamRow; 11] = [
         ("whole step", &["forward", "loss", "backward", "optimizer", "ema"], &[], 1, "[forward, loss, backward(forward+loss), optimizer, ema]"),
         ("forward", &["forward"], &[], 2, "[forward] loss, backward(loss) [backward(forward)]"),
         ("forward+loss", &["forward", "loss"], &[], 2, "[forward, loss] [backward(forward+loss)]"),

@@ -39,8 +39,11 @@ pub struct BlockKind {
     pub args: &'static [&'static str],
     /// A head: its output is the network's (maps per scale), not a feature map.
     pub head: bool,
-    pub build: fn(&mut BlockBuild<'_, '_>) -> Result<(Rc<dyn Layer>, Option<Shape>), TopologyError>,
+    pub build: fn(&mut BlockBuild<'_, '_>) -> Built,
 }
+
+/// What building a block gives: the layer and its output map (none for a head).
+pub type Built = Result<(Rc<dyn Layer>, Option<Shape>), TopologyError>;
 
 impl std::fmt::Debug for BlockKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -375,7 +375,7 @@ mod tests {
         assert_eq!(ids, vec![w.0, bias.0, gamma.0, beta.0, table.0]);
         assert_eq!(grads[0].1.dims(), [12], "a rank-2 gradient comes back flat");
         // d(sum y)/d beta = the number of rows.
-        let dbeta = grads[3].1.clone().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        let dbeta = grads[3].1.clone().into_data().convert::<f32>().try_into_vec::<f32>().unwrap();
         assert_eq!(dbeta, vec![5.0; 3]);
 
         let dir = tempfile::tempdir().unwrap();
@@ -392,7 +392,7 @@ mod tests {
         b.pp("queries").embedding("weight", 5, 4);
         let mut loaded = fresh.store;
         crate::weights::load_prefixed(&mut loaded, &path, "", false).unwrap();
-        let flat = |s: &ParamStore, id: ParamId| s.entry(id).value.flat().unwrap().into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        let flat = |s: &ParamStore, id: ParamId| s.entry(id).value.flat().unwrap().into_data().convert::<f32>().try_into_vec::<f32>().unwrap();
         for id in [w, bias, table] {
             assert_eq!(flat(&loaded, id), flat(&store, id));
         }

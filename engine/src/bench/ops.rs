@@ -208,7 +208,7 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
                 let b = bias.then(|| Tensor::<1>::zeros([*c_out], device).cast(dtype));
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
-                timer.time(&name, || (0..REPS).map(|_| conv2d(x.clone(), w.clone(), b.clone(), o.clone())).last())
+                timer.time(&name, || repeat(REPS, || conv2d(x.clone(), w.clone(), b.clone(), o.clone())))
             }
             OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups } => {
                 let x = rand(*input, dtype, device);
@@ -216,16 +216,14 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
                 timer.time(&name, || {
-                    (0..REPS)
-                        .map(|_| {
-                            Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(
-                                x.clone().into_dispatch(),
-                                w.clone().into_dispatch(),
-                                g.clone().into_dispatch(),
-                                o.clone(),
-                            ))
-                        })
-                        .last()
+                    repeat(REPS, || {
+                        Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(
+                            x.clone().into_dispatch(),
+                            w.clone().into_dispatch(),
+                            g.clone().into_dispatch(),
+                            o.clone(),
+                        ))
+                    })
                 })
             }
             OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => {
@@ -233,7 +231,7 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
                 let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
-                timer.time(&name, || (0..REPS).map(|_| conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())).last())
+                timer.time(&name, || repeat(REPS, || conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())))
             }
             OpSpec::BatchNormFwdBwd { input, .. } | OpSpec::SiluFwdBwd { input } => {
                 let x = rand_channels_last(*input, Distribution::Uniform(-1.0, 1.0), dtype, device);
@@ -241,38 +239,36 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 let c = input[1];
                 let (weight, bias) = (Tensor::<1>::ones([c], device), Tensor::<1>::zeros([c], device));
                 timer.time(&name, || {
-                    (0..REPS)
-                        .map(|_| {
-                            let leaf = x.clone().autodiff().require_grad();
-                            let y = match spec {
-                                // The network's own training BatchNorm (fused, or composed under `LIBREYOLO_BN=composed`).
-                                OpSpec::BatchNormFwdBwd { act, .. } => batch_norm::train(leaf.clone(), weight.clone(), bias.clone(), *act).0,
-                                _ => silu(leaf.clone()),
-                            };
-                            let grads = y.mul(g.clone().autodiff()).sum().backward();
-                            leaf.grad(&grads)
-                        })
-                        .last()
+                    repeat(REPS, || {
+                        let leaf = x.clone().autodiff().require_grad();
+                        let y = match spec {
+                            // The network's own training BatchNorm (fused, or composed under `LIBREYOLO_BN=composed`).
+                            OpSpec::BatchNormFwdBwd { act, .. } => batch_norm::train(leaf.clone(), weight.clone(), bias.clone(), *act).0,
+                            _ => silu(leaf.clone()),
+                        };
+                        let grads = y.mul(g.clone().autodiff()).sum().backward();
+                        leaf.grad(&grads)
+                    })
                 })
             }
             OpSpec::MaxPool { input, k, stride, padding } => {
                 let x = rand(*input, dtype, device);
                 let o = MaxPoolOptions::new([*k; 2]).with_stride([*stride; 2]).with_padding([*padding; 2]);
-                timer.time(&name, || (0..REPS).map(|_| max_pool2d(x.clone(), o.clone())).last())
+                timer.time(&name, || repeat(REPS, || max_pool2d(x.clone(), o.clone())))
             }
             OpSpec::AvgPool { input, k, stride, padding } => {
                 let x = rand(*input, dtype, device);
                 let o = AvgPoolOptions::new([*k; 2]).with_stride([*stride; 2]).with_padding([*padding; 2]).with_count_include_pad(true);
-                timer.time(&name, || (0..REPS).map(|_| avg_pool2d(x.clone(), o.clone())).last())
+                timer.time(&name, || repeat(REPS, || avg_pool2d(x.clone(), o.clone())))
             }
             OpSpec::Upsample { input, scale } => {
                 let x = rand(*input, dtype, device);
                 let o = InterpolateOptions::new(InterpolateMode::Nearest).with_scale_factor([*scale as f32; 2]);
-                timer.time(&name, || (0..REPS).map(|_| interpolate(x.clone(), o.clone())).last())
+                timer.time(&name, || repeat(REPS, || interpolate(x.clone(), o.clone())))
             }
             OpSpec::Concat { inputs } => {
                 let xs: Vec<Tensor<4>> = inputs.iter().map(|d| rand(*d, dtype, device)).collect();
-                timer.time(&name, || (0..REPS).map(|_| Tensor::cat(xs.clone(), 1)).last())
+                timer.time(&name, || repeat(REPS, || Tensor::cat(xs.clone(), 1)))
             }
         };
         out.push(OpTiming { spec: spec.clone(), count: *count, dtype: format!("{dtype:?}"), ms: timing.mean_ms / REPS as f64, first_s: timing.first_s });
@@ -294,4 +290,14 @@ pub fn totals(timings: &[OpTiming]) -> Vec<(String, String, f64, usize)> {
         }
     }
     rows
+}
+
+/// Runs `f` `n` times and returns the last result: every run launches its kernels. (Spelled
+/// `map(..).last()`, clippy suggests `next_back()`, which would run only one.)
+fn repeat<T>(n: usize, mut f: impl FnMut() -> T) -> Option<T> {
+    let mut last = None;
+    for _ in 0..n {
+        last = Some(f());
+    }
+    last
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 /// nearest valid values.
 pub fn per_rank_batch(batch: usize, world: usize) -> Result<usize, String> {
     let world = world.max(1);
-    if batch % world == 0 {
+    if batch.is_multiple_of(world) {
         return Ok(batch / world);
     }
     let lower = batch / world * world;

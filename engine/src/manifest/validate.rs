@@ -22,10 +22,9 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
     if let super::values::DeviceRequest::Cuda(ids) = &m.run.device
         && ids.len() > 1
         && m.run.batch > 0
+        && let Err(msg) = crate::distributed::per_rank_batch(m.run.batch as usize, ids.len())
     {
-        if let Err(msg) = crate::distributed::per_rank_batch(m.run.batch as usize, ids.len()) {
-            return bad("run.batch", msg, format!("not divisible by {} GPUs", ids.len()));
-        }
+        return bad("run.batch", msg, format!("not divisible by {} GPUs", ids.len()));
     }
     for (side, name) in [(m.run.imgsz.height(), "height"), (m.run.imgsz.width(), "width")] {
         if side < MAX_STRIDE || side % MAX_STRIDE != 0 {

@@ -76,7 +76,7 @@ impl EndOfEpoch {
             // Rank 0 validates, saves and decides whether to go on; the others wait for it.
             return Ok(if t.replica.agree_stop_after_epoch(false) { After::Stop } else { After::Continue });
         };
-        let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1) % m.val.eval_interval as usize == 0 || epoch + 1 == epochs);
+        let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1).is_multiple_of(m.val.eval_interval as usize) || epoch + 1 == epochs);
         if validate_now && let Some(vl) = val {
             record.map = Some(self.validate(t, vl)?);
         }
@@ -145,7 +145,7 @@ impl EndOfEpoch {
             }
         }
         t.save(&run.weights("last"), state)?;
-        if m.run.save_period > 0 && (epoch + 1) % m.run.save_period as usize == 0 {
+        if m.run.save_period > 0 && (epoch + 1).is_multiple_of(m.run.save_period as usize) {
             std::fs::copy(run.weights("last"), run.weights(&format!("epoch_{}", epoch + 1)))?;
         }
         run.record(record)?;

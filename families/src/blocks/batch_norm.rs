@@ -175,7 +175,7 @@ mod tests {
         let loss = mean.clone().mul(a.clone().autodiff()).add(var.clone().mul(b.clone().autodiff())).sum();
         let grad = x.grad(&loss.backward()).expect("x reaches the loss");
 
-        let xs = x0.to_data().to_vec::<f32>().unwrap();
+        let xs = x0.to_data().try_to_vec::<f32>().unwrap();
         let (mut want_mean, mut want_var) = (vec![0f32; c], vec![0f32; c]);
         let at = |i: usize, ch: usize, k: usize| xs[(i * c + ch) * h * w + k];
         for ch in 0..c {
@@ -188,10 +188,10 @@ mod tests {
                 assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}[{i}]: {g} vs {w}");
             }
         };
-        close(&mean.inner().to_data().to_vec::<f32>().unwrap(), &want_mean, "mean");
-        close(&var.inner().to_data().to_vec::<f32>().unwrap(), &want_var, "var");
+        close(&mean.inner().to_data().try_to_vec::<f32>().unwrap(), &want_mean, "mean");
+        close(&var.inner().to_data().try_to_vec::<f32>().unwrap(), &want_var, "var");
 
-        let (av, bv) = (a.to_data().to_vec::<f32>().unwrap(), b.to_data().to_vec::<f32>().unwrap());
+        let (av, bv) = (a.to_data().try_to_vec::<f32>().unwrap(), b.to_data().try_to_vec::<f32>().unwrap());
         let mut want_grad = vec![0f32; xs.len()];
         for i in 0..n {
             for ch in 0..c {
@@ -201,7 +201,7 @@ mod tests {
             }
         }
         assert_eq!(grad.dims(), [n, c, h, w]);
-        close(&grad.to_data().to_vec::<f32>().unwrap(), &want_grad, "dL/dx");
+        close(&grad.to_data().try_to_vec::<f32>().unwrap(), &want_grad, "dL/dx");
     }
 
     /// Mixed precision keeps BatchNorm in f32, as PyTorch's autocast does: in eval the running
@@ -234,14 +234,14 @@ mod tests {
         let y = bn.forward(x.clone(), &Ctx::eval_in(&store, FloatDType::BF16), false);
         let (scale, shift) = bn.fold(&Ctx::eval(&store));
         let want = x.clone().cast(FloatDType::F32).mul(scale.reshape([1, c, 1, 1])).add(shift.reshape([1, c, 1, 1])).cast(FloatDType::BF16);
-        let bits = |t: Tensor<4>| t.cast(FloatDType::F32).into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        let bits = |t: Tensor<4>| t.cast(FloatDType::F32).into_data().convert::<f32>().try_into_vec::<f32>().unwrap();
         assert_eq!(bits(y), bits(want), "eval: f32 fold, one rounding");
 
         let cx = Ctx::train_in(&store, FloatDType::BF16);
         let y = bn.forward(x, &cx, true);
         let grads = cx.gradients(&y.cast(FloatDType::F32).sum().backward());
         let dweight = grads.iter().find(|(id, _)| *id == bn.weight).expect("the scale has a gradient").1.clone();
-        let dweight = dweight.into_data().convert::<f32>().into_vec::<f32>().unwrap();
+        let dweight = dweight.into_data().convert::<f32>().try_into_vec::<f32>().unwrap();
         let bf16 = |v: f32| half::bf16::from_f32(v).to_f32();
         assert!(dweight.iter().any(|&g| g != bf16(g)), "the scale's gradient was rounded to bf16: {dweight:?}");
     }

@@ -135,6 +135,28 @@ fn round_up(value: usize, divisor: usize) -> usize {
     value.div_ceil(divisor) * divisor
 }
 
+/// `DDetect` in a topology: the head over its inputs' scales, `args = { reg_max = 16 }`.
+pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
+    name: "DDetect",
+    args: &["reg_max"],
+    head: true,
+    build: |b| {
+        let reg_max = b.args.usize_or("reg_max", 16)?;
+        let channels: Vec<usize> = b.inputs.iter().map(|s| s.channels).collect();
+        let strides: Vec<usize> = b.inputs.iter().map(|s| s.stride).collect();
+        Ok((std::rc::Rc::new(DDetect::new(b.params, &channels, b.nc, reg_max, strides)), None))
+    },
+};
+
+impl crate::block::Layer for DDetect {
+    fn forward(&self, inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
+        crate::block::Out::Head(DDetect::forward(self, &inputs, cx))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use burn::tensor::{Device, Distribution, FloatDType, Tensor};
@@ -160,27 +182,5 @@ mod tests {
         assert_eq!(from_bf16.dtype(), from_f32.dtype());
         let err: f32 = from_bf16.sub(from_f32).abs().max().into_scalar();
         assert!(err == 0.0, "bf16 maps decode to their f32 values' boxes; max |diff| = {err}");
-    }
-}
-
-/// `DDetect` in a topology: the head over its inputs' scales, `args = { reg_max = 16 }`.
-pub static BLOCK: crate::block::BlockKind = crate::block::BlockKind {
-    name: "DDetect",
-    args: &["reg_max"],
-    head: true,
-    build: |b| {
-        let reg_max = b.args.usize_or("reg_max", 16)?;
-        let channels: Vec<usize> = b.inputs.iter().map(|s| s.channels).collect();
-        let strides: Vec<usize> = b.inputs.iter().map(|s| s.stride).collect();
-        Ok((std::rc::Rc::new(DDetect::new(b.params, &channels, b.nc, reg_max, strides)), None))
-    },
-};
-
-impl crate::block::Layer for DDetect {
-    fn forward(&self, inputs: Vec<Tensor<4>>, cx: &Ctx) -> crate::block::Out {
-        crate::block::Out::Head(DDetect::forward(self, &inputs, cx))
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }

@@ -202,7 +202,7 @@ impl Plan {
         let aligned = |v: usize| {
             operands.iter().all(|t| {
                 let offset = t.handle.offset_start.unwrap_or(0) as usize;
-                row_stride(t) % v == 0 && offset % (v * t.dtype.size()) == 0
+                row_stride(t).is_multiple_of(v) && offset.is_multiple_of(v * t.dtype.size())
             })
         };
         let vector = [4, 2, 1].into_iter().find(|&v| channels % v == 0 && aligned(v)).unwrap_or(1);

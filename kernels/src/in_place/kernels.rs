@@ -36,7 +36,7 @@ pub fn sgd_step(
     let p = param[i];
     let mut g = grad[i];
     if decay {
-        g = g + p * weight_decay;
+        g += p * weight_decay;
     }
     let b = buffer[i] * m + g;
     let mut step = b;

@@ -6,7 +6,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use super::{blend, blend_const, sgd_step};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().to_vec::<f32>().unwrap()
+    t.into_data().try_to_vec::<f32>().unwrap()
 }
 
 fn close(got: &[f32], want: &[f32]) {

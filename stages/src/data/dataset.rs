@@ -14,6 +14,9 @@ use super::cache::{CacheMode, ImageCache};
 use super::image as img;
 use super::labels::{self, Label, RowWarning};
 
+/// One scanned image: its item and label warnings, or the file and why it was skipped.
+type Scanned = Result<(Item, Vec<RowWarning>), (PathBuf, String)>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
     #[error("the {split} split has no images (looked in {})", sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
@@ -63,7 +66,7 @@ impl Dataset {
         files.sort();
         files.dedup();
         let mut report = ScanReport::default();
-        let scanned: Vec<Result<(Item, Vec<RowWarning>), (PathBuf, String)>> = files
+        let scanned: Vec<Scanned> = files
             .par_iter()
             .map(|f| {
                 let size = img::dimensions(f).map_err(|e| (f.clone(), e))?;

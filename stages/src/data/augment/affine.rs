@@ -55,9 +55,9 @@ fn border_pixel(px: &mut [u8], src: &[u8], stride: usize, sw: i32, sh: i32, x0: 
     let tap = |xx: i32, yy: i32, c: usize| -> i32 {
         if xx < 0 || yy < 0 || xx >= sw || yy >= sh { FILL as i32 } else { src[yy as usize * stride + xx as usize * 3 + c] as i32 }
     };
-    for c in 0..3 {
+    for (c, out) in px.iter_mut().enumerate().take(3) {
         let v = tap(x0, y0, c) * w[0] + tap(x0 + 1, y0, c) * w[1] + tap(x0, y0 + 1, c) * w[2] + tap(x0 + 1, y0 + 1, c) * w[3];
-        px[c] = ((v + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)) as u8;
+        *out = ((v + (1 << (2 * FRAC_BITS - 1))) >> (2 * FRAC_BITS)) as u8;
     }
 }
 
