@@ -23,7 +23,7 @@ set -uo pipefail
 batch=${1:?usage: capture_table.sh BATCH [OUR_LIMIT_S [LIBREYOLO_LIMIT_S]]}
 ours_limit=${2:-150}
 lib_limit=${3:-140}
-: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the device machine, where \$OUT is set}"
+: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the GPU machine, where \$OUT is set}"
 work=${WORK:-/tmp/capture_b$batch}
 name=$(basename "$work")
 rm -rf "$work" && mkdir -p "$work"

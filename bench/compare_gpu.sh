@@ -13,7 +13,7 @@
 # The runs spread over every GPU of the machine (`--gpus`, one run per GPU at a time): on
 # two GPUs it does twice the runs in the same time.
 set -euo pipefail
-: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the device machine, where \$OUT is set}"
+: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the GPU machine, where \$OUT is set}"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 sed "s|^path: .*|path: $PWD/.gpu/coco128|" .gpu/coco128/coco128.yaml > /tmp/coco128.yaml

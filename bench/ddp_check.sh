@@ -16,7 +16,7 @@ set -uo pipefail
 epochs=${1:-7}
 limit=${2:-200}
 shift $(( $# > 2 ? 2 : $# ))
-: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the device machine, where \$OUT is set}"
+: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the GPU machine, where \$OUT is set}"
 nccl=$(find / -name 'libnccl.so*' -not -path '/proc/*' 2>/dev/null | head -n 1)
 echo "[ddp_check] NCCL: ${nccl:-not found}"
 mkdir -p /tmp/nccl && [ -n "$nccl" ] && ln -sf "$nccl" /tmp/nccl/libnccl.so

@@ -16,7 +16,7 @@
 set -uo pipefail
 batch=${1:?usage: seam_table.sh BATCH [LIMIT_S]}
 limit=${2:-120}
-: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the device machine, where \$OUT is set}"
+: "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the GPU machine, where \$OUT is set}"
 work=/tmp/seams_b$batch
 rm -rf "$work" && mkdir -p "$work"
 data=$PWD/.gpu/coco128/coco128.yaml

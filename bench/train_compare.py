@@ -193,7 +193,7 @@ def main():
                 procs[engine][0].terminate()
             walls[engine] = time.time() - procs[engine][1]
     # Concurrent runs: poll both; a failing engine stops the other (the comparison is void and
-    # device time is scarce), the limit stops both.
+    # GPU time is scarce), the limit stops both.
     def stop(engine, why):
         print(f"[train_compare] {engine} stopped: {why}", flush=True)
         proc = procs[engine][0]

@@ -53,7 +53,7 @@ keep-cache)
     ;;
 remote)
     shift
-    : "${OUT:?remote mode runs on the device machine, where \$OUT is set}"
+    : "${OUT:?remote mode runs on the GPU machine, where \$OUT is set}"
     bin=/tmp/libreyolo-run
     xz -dc "$GPU_DIR/libreyolo-run.xz" > "$bin" && chmod +x "$bin"
     export LIBREYOLO_KERNEL_CACHE=/tmp/libreyolo-kernels
@@ -113,7 +113,7 @@ remote)
             mv /tmp/kernels.tar.xz "$OUT/kernels.tar.xz"
             echo "[gpu.sh] kernel cache saved: $size bytes"
         else
-            echo "[gpu.sh] kernel cache not saved: $size bytes is over what a call returns"
+            echo "[gpu.sh] kernel cache not saved: $size bytes is over what the transfer returns"
         fi
     fi
     echo "[gpu.sh] exit status $status"
