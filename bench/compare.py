@@ -200,6 +200,46 @@ def training_images(data):
     return len([f for f in os.listdir(train_dir) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp"))])
 
 
+# Throughput over whole epochs means something only when an epoch is long enough that each
+# engine's per-epoch start-up (LibreYOLO starts its loader's workers every epoch) is amortised.
+MIN_EPOCH_IMAGES = 1000
+
+
+def repeated_dataset(data, out, minimum=MIN_EPOCH_IMAGES):
+    """DATA_YAML's training split repeated (symbolic links, labels beside) until an epoch holds at
+    least `minimum` images, as OUT/repeatedN/data.yaml with the same validation split; DATA_YAML
+    itself when it already does."""
+    import math
+    import yaml
+    cfg = yaml.safe_load(open(data))
+    root = cfg["path"] if os.path.isabs(cfg["path"]) else os.path.join(os.path.dirname(data), cfg["path"])
+    train_dir = os.path.join(root, cfg["train"])
+    images = sorted(f for f in os.listdir(train_dir) if f.lower().endswith((".jpg", ".jpeg", ".png", ".bmp")))
+    times = math.ceil(minimum / max(1, len(images)))
+    if times <= 1:
+        return data
+    label_dir = os.path.join(root, cfg["train"].replace("images", "labels", 1))
+    dst = os.path.join(out, f"repeated{times}")
+    os.makedirs(os.path.join(dst, "images", "train"), exist_ok=True)
+    os.makedirs(os.path.join(dst, "labels", "train"), exist_ok=True)
+    for i in range(times):
+        for f in images:
+            stem, ext = os.path.splitext(f)
+            link = os.path.join(dst, "images", "train", f"{stem}_{i}{ext}")
+            if not os.path.lexists(link):
+                os.symlink(os.path.join(train_dir, f), link)
+            label = os.path.join(label_dir, stem + ".txt")
+            label_link = os.path.join(dst, "labels", "train", f"{stem}_{i}.txt")
+            if os.path.exists(label) and not os.path.lexists(label_link):
+                os.symlink(label, label_link)
+    cfg.update(path=dst, train="images/train", val=os.path.join(root, cfg["val"]))
+    path = os.path.join(dst, "data.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    print(f"[compare] throughput on {len(images)} x {times} = {len(images) * times} images an epoch: {path}", flush=True)
+    return path
+
+
 def throughput(args, engine, size, batch, dtype, graph, out):
     """Images/s over whole epochs with the real loader: a training of 1 + E epochs, the first
     (start-up, kernel compilation, graph capture) reported apart and the mean of the other E
@@ -471,6 +511,10 @@ def main():
             ap.error(f"--modes {m}: expected one of {', '.join(OUR_MODES)}")
     args.bin, args.data, args.out = (os.path.abspath(p) for p in (args.bin, args.data, args.out))
     os.makedirs(args.out, exist_ok=True)
+    if args.throughput:
+        # Whole-epoch figures need long epochs for both engines: a short training split is
+        # repeated to at least MIN_EPOCH_IMAGES (and then every table runs on it).
+        args.data = repeated_dataset(args.data, args.out)
     jobs = [j for j in plan_jobs(args, modes) if not (args.no_steps and j[0] == "rows")]
     if args.only:
         import re

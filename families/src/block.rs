@@ -109,6 +109,34 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A boolean (`true`/`false`), `default` when absent.
+    pub fn bool_or(&mut self, key: &'static str, default: bool) -> Result<bool, TopologyError> {
+        self.read.push(key);
+        match self.args.get(key) {
+            None => Ok(default),
+            Some(Arg::Bool(v)) => Ok(*v),
+            Some(other) => Err(TopologyError::new(
+                self.layer,
+                Some(&format!("args.{key}")),
+                format!("`args.{key}` of block `{}` must be true or false, got {other:?}", self.block),
+            )),
+        }
+    }
+
+    /// A list of positive integers, `default` when absent.
+    pub fn usizes_or(&mut self, key: &'static str, default: &[usize]) -> Result<Vec<usize>, TopologyError> {
+        self.read.push(key);
+        match self.args.get(key) {
+            None => Ok(default.to_vec()),
+            Some(Arg::List(v)) if !v.is_empty() && v.iter().all(|x| *x > 0) => Ok(v.iter().map(|x| *x as usize).collect()),
+            Some(other) => Err(TopologyError::new(
+                self.layer,
+                Some(&format!("args.{key}")),
+                format!("`args.{key}` of block `{}` must be a list of positive integers, got {other:?}", self.block),
+            )),
+        }
+    }
+
     /// An error for the first argument the block did not read, naming what it takes.
     pub fn finish(self, allowed: &[&str]) -> Result<(), TopologyError> {
         if let Some(key) = self.args.keys().find(|k| !self.read.contains(&k.as_str())) {

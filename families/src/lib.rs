@@ -9,6 +9,7 @@ pub mod params;
 pub mod tensor;
 pub mod topology;
 pub mod weights;
+pub mod yolox;
 
 pub use ctx::{BatchStats, Ctx, TracedOp};
 pub use network::{HeadMaps, Network};

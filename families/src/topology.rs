@@ -50,8 +50,9 @@ impl Sources {
 
 /// A block argument.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged, expecting = "an integer, a number or a list of integers")]
+#[serde(untagged, expecting = "an integer, a number, a boolean or a list of integers")]
 pub enum Arg {
+    Bool(bool),
     Int(i64),
     Float(f64),
     List(Vec<i64>),

@@ -1,5 +1,6 @@
-//! The YOLOv9 block library; each block is one file and reads like the paper's diagram. A
-//! block a topology can name is registered in [`BLOCKS`] (one line).
+//! The YOLOv9 block library and the blocks every family shares (Conv, Upsample, Concat); each
+//! block is one file and reads like the paper's diagram. A block a topology can name, of any
+//! family (`crate::yolox`), is registered in [`BLOCKS`] (one line).
 
 pub mod batch_norm;
 pub mod concat;
@@ -34,4 +35,8 @@ pub const BLOCKS: &[&crate::block::BlockKind] = &[
     &upsample::BLOCK,
     &concat::BLOCK,
     &detect::BLOCK,
+    &crate::yolox::focus::BLOCK,
+    &crate::yolox::csp_layer::BLOCK,
+    &crate::yolox::spp_bottleneck::BLOCK,
+    &crate::yolox::head::BLOCK,
 ];

@@ -1,0 +1,124 @@
+//! YOLOX's network against LibreYOLO 1.6 on the CPU (fixtures of
+//! tests/fixtures/make_yolox_fixture.py): the topologies of sizes t and s give LibreYOLO's
+//! state_dict keys, shapes and parameter counts; a narrow YOLOX (t's layout at a third of its
+//! width) with the fixture's weights gives LibreYOLO's raw maps in eval and train mode and its
+//! BatchNorm running statistics after the train-mode forward.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Tensor, TensorData};
+use libreyolo_families::blocks::batch_norm::MOMENTUM;
+use libreyolo_families::tensor::AnyTensor;
+use libreyolo_families::{Ctx, LayerSpec, Network, ParamStore, Value};
+use safetensors::SafeTensors;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn build(size: &str, nc: usize) -> (Network, ParamStore) {
+    #[derive(serde::Deserialize)]
+    struct Topology {
+        layers: Vec<LayerSpec>,
+    }
+    let text = std::fs::read_to_string(fixtures().join(format!("yolox{size}_layers.toml"))).unwrap();
+    let topology: Topology = toml::from_str(&text).unwrap();
+    Network::build(&topology.layers, nc, false, &Device::flex(), 0).unwrap()
+}
+
+#[test]
+fn sizes_t_and_s_match_libreyolo_keys_and_counts() {
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("yolox_keys.json")).unwrap()).unwrap();
+    for size in ["t", "s"] {
+        let expected = &fixture["sizes"][size];
+        let (_, params) = build(size, 80);
+        assert_eq!(params.num_parameters() as u64, expected["num_parameters"].as_u64().unwrap(), "YOLOX-{size} parameters");
+        let keys: Vec<(String, Vec<usize>)> = expected["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| (k[0].as_str().unwrap().to_string(), k[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()))
+            .collect();
+        let ours: Vec<(String, Vec<usize>)> = params.entries().iter().map(|e| (e.name.clone(), e.value.shape())).collect();
+        assert_eq!(ours, keys, "YOLOX-{size}: state_dict keys and shapes, in order");
+    }
+    // The figure for YOLOX-t at nc = 80.
+    assert_eq!(build("t", 80).1.num_parameters(), 5_055_855);
+}
+
+struct Io {
+    bytes: Vec<u8>,
+}
+
+impl Io {
+    fn get(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let values = match t.dtype() {
+            safetensors::Dtype::U8 => t.data().iter().map(|v| *v as f32).collect(),
+            safetensors::Dtype::F32 => t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            safetensors::Dtype::I64 => t.data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
+            other => panic!("{name}: unexpected dtype {other:?}"),
+        };
+        (t.shape().to_vec(), values)
+    }
+
+    fn names(&self) -> Vec<String> {
+        SafeTensors::deserialize(&self.bytes).unwrap().names().into_iter().map(str::to_string).collect()
+    }
+}
+
+/// Largest |ours - expected| over the largest |expected|.
+fn rel_err(ours: &Tensor<4>, expected: &[f32]) -> f64 {
+    let ours = ours.to_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(ours.len(), expected.len());
+    let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
+    ours.iter().zip(expected).map(|(a, b)| (*a as f64 - *b as f64).abs()).fold(0f64, f64::max) / scale
+}
+
+#[test]
+fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
+    let device = Device::flex();
+    let (network, mut params) = build("narrow", 3);
+    libreyolo_families::weights::load_safetensors(&mut params, &fixtures().join("yolox_narrow.safetensors"), false).unwrap();
+    let io = Io { bytes: std::fs::read(fixtures().join("yolox_narrow_io.safetensors")).unwrap() };
+    let (dims, pixels) = io.get("images_u8");
+    // YOLOX's input contract: 0-255, not normalised.
+    let images = Tensor::<4>::from_data(TensorData::new(pixels, [dims[0], dims[1], dims[2], dims[3]]), &device);
+
+    let maps = network.forward(images.clone(), &Ctx::eval(&params), false).main;
+    assert_eq!(maps.len(), 3);
+    for (i, map) in maps.iter().enumerate() {
+        let (shape, want) = io.get(&format!("eval_p{}", i + 3));
+        assert_eq!(map.dims().to_vec(), shape, "eval P{} shape", i + 3);
+        let err = rel_err(map, &want);
+        assert!(err < 1e-4, "eval P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
+    }
+
+    let cx = Ctx::train(&params);
+    let maps = network.forward(images, &cx, false).main;
+    for (i, map) in maps.iter().enumerate() {
+        let (_, want) = io.get(&format!("train_p{}", i + 3));
+        let err = rel_err(map, &want);
+        assert!(err < 1e-4, "train P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
+    }
+    params.apply_batch_stats(cx.take_batch_stats(), MOMENTUM);
+    let mut checked = 0;
+    for name in io.names() {
+        let Some(key) = name.strip_prefix("bn_after_train.") else { continue };
+        let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
+        let (_, want) = io.get(&name);
+        match &params.entry(id).value {
+            Value::Float(AnyTensor::R1(t)) => {
+                let ours = t.to_data().try_to_vec::<f32>().unwrap();
+                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
+                let err = ours.iter().zip(&want).map(|(a, b)| (*a as f64 - *b as f64).abs()).fold(0f64, f64::max) / scale;
+                assert!(err < 1e-4, "{key} after one train-mode forward: relative error {err:.2e}");
+            }
+            Value::Count(n) => assert_eq!(*n as f32, want[0], "{key}"),
+            Value::Float(_) => panic!("{key} is not a vector"),
+        }
+        checked += 1;
+    }
+    assert!(checked > 100, "only {checked} BatchNorm buffers in the fixture");
+}
