@@ -52,12 +52,7 @@ fn every_manifest_size_matches_libreyolo_keys_and_counts() {
         assert_eq!(params.num_parameters() as u64, expected["num_parameters"].as_u64().unwrap(), "{size}");
         let (_, with_aux) = build(&manifest, 80, true);
         assert_eq!(with_aux.num_parameters() as u64, expected["num_parameters_with_aux"].as_u64().unwrap(), "{size} with PGI");
-        let keys: Vec<(String, Vec<usize>)> = expected["keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| (k[0].as_str().unwrap().to_string(), k[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()))
-            .collect();
+        let keys = libreyolo_run::parity::fixture::keys_and_shapes(&expected["keys"]);
         let ours: Vec<(String, Vec<usize>)> = params.entries().iter().map(|e| (e.name.clone(), e.value.shape())).collect();
         assert_eq!(ours, keys, "{size}: state_dict keys and shapes");
     }

@@ -33,12 +33,7 @@ fn sizes_t_and_s_match_libreyolo_keys_and_counts() {
         let expected = &fixture["sizes"][size];
         let (_, params) = build(size, 80);
         assert_eq!(params.num_parameters() as u64, expected["num_parameters"].as_u64().unwrap(), "YOLOX-{size} parameters");
-        let keys: Vec<(String, Vec<usize>)> = expected["keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| (k[0].as_str().unwrap().to_string(), k[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()))
-            .collect();
+        let keys = libreyolo_run::parity::fixture::keys_and_shapes(&expected["keys"]);
         let ours: Vec<(String, Vec<usize>)> = params.entries().iter().map(|e| (e.name.clone(), e.value.shape())).collect();
         assert_eq!(ours, keys, "YOLOX-{size}: state_dict keys and shapes, in order");
     }

@@ -82,6 +82,14 @@ pub fn read<const D: usize>(t: &Tensor<D>) -> (Vec<usize>, Vec<f32>) {
     (t.dims().to_vec(), data.try_to_vec::<f32>().unwrap())
 }
 
+/// A keys fixture's `[[key, [dims...]], ...]` (tests/fixtures/*_keys.json) as (key, shape) pairs.
+pub fn keys_and_shapes(keys: &serde_json::Value) -> Vec<(String, Vec<usize>)> {
+    let pair = |k: &serde_json::Value| -> Option<(String, Vec<usize>)> {
+        Some((k[0].as_str()?.to_string(), k[1].as_array()?.iter().map(|d| d.as_u64().map(|d| d as usize)).collect::<Option<_>>()?))
+    };
+    keys.as_array().expect("a list of [key, shape]").iter().map(|k| pair(k).expect("[key, [dims...]]")).collect()
+}
+
 /// Max |a - b|.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");
