@@ -89,6 +89,25 @@ fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
         let err = rel_err(map, &want);
         assert!(err < 1e-4, "eval P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
     }
+    // The decode: boxes within 1e-4 of the largest coordinate, scores within 1e-5.
+    let head = network.head_layer().as_any().downcast_ref::<libreyolo_families::yolox::YOLOXHead>().expect("a YOLOX head");
+    let pred = head.decode(&maps);
+    let (shape, want) = io.get("eval_pred");
+    assert_eq!(pred.dims().to_vec(), shape, "decoded shape (B, 4 + nc, A)");
+    let ours = pred.to_data().try_to_vec::<f32>().unwrap();
+    let a = shape[2];
+    let (mut boxes, mut scores, mut largest) = (0f64, 0f64, 0f64);
+    for (k, (x, y)) in ours.iter().zip(&want).enumerate() {
+        let d = (*x as f64 - *y as f64).abs();
+        if (k / a) % shape[1] < 4 {
+            boxes = boxes.max(d);
+            largest = largest.max(y.abs() as f64);
+        } else {
+            scores = scores.max(d);
+        }
+    }
+    assert!(boxes / largest < 1e-4, "decoded boxes: max |ours - LibreYOLO| = {boxes:.2e} px of {largest:.1}");
+    assert!(scores < 1e-5, "decoded scores: max |ours - LibreYOLO| = {scores:.2e}");
 
     let cx = Ctx::train(&params);
     let maps = network.forward(images, &cx, false).main;

@@ -123,6 +123,11 @@ impl Network {
     }
 
     /// The main head, a YOLO detection head.
+    /// The main head, whatever its family (`as_any` gives its type).
+    pub fn head_layer(&self) -> &dyn crate::block::Layer {
+        self.layers[self.main_head].block.as_ref()
+    }
+
     pub fn head(&self) -> &DDetect {
         self.layers[self.main_head].block.as_any().downcast_ref::<DDetect>().expect("the main head is a DDetect")
     }

@@ -10,7 +10,8 @@
 //! reg_convs[i]: Conv3x3 -> Conv3x3 -> reg_preds[i]: Conv2d1x1(-> 4), obj_preds[i]: Conv2d1x1(-> 1)
 //! ```
 
-use burn::tensor::Tensor;
+use burn::tensor::activation::sigmoid;
+use burn::tensor::{FloatDType, Tensor, TensorData};
 
 use crate::blocks::{Conv, Conv2d, ConvShape};
 use crate::ctx::Ctx;
@@ -85,6 +86,34 @@ impl YOLOXHead {
     /// Raw maps, one per scale: `(B, 5 + nc, H_i, W_i)`.
     pub fn forward(&self, inputs: &[Tensor<4>], cx: &Ctx) -> Vec<Tensor<4>> {
         self.scales.iter().zip(inputs).map(|(s, x)| s.forward(x.clone(), cx)).collect()
+    }
+
+    /// Detections of raw maps, in f32 whatever the maps' dtype, `(B, 4 + nc, A)`: xyxy pixels,
+    /// then per class `sigmoid(obj) * sigmoid(cls)` (LibreYOLO's confidence). YOLOX's grid has
+    /// no half-cell offset: centre `(t_xy + (x, y)) * stride`, size `exp(t_wh) * stride`.
+    pub fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+        let device = maps[0].device();
+        let (mut flat, mut grid_x, mut grid_y, mut strides) = (vec![], vec![], vec![], vec![]);
+        for (map, &stride) in maps.iter().zip(&self.strides) {
+            let [b, c, h, w] = map.dims();
+            flat.push(map.clone().cast(FloatDType::F32).reshape([b, c, h * w]));
+            for y in 0..h {
+                for x in 0..w {
+                    grid_x.push(x as f32);
+                    grid_y.push(y as f32);
+                    strides.push(stride as f32);
+                }
+            }
+        }
+        let a = strides.len();
+        let row = |v: Vec<f32>| Tensor::<3>::from_data(TensorData::new(v, [1, 1, a]), &device);
+        let (gx, gy, s) = (row(grid_x), row(grid_y), row(strides));
+        let all = Tensor::cat(flat, 2); // (B, 5 + nc, A)
+        let part = |i: usize, n: usize| all.clone().narrow(1, i, n);
+        let (cx, cy) = (part(0, 1).add(gx).mul(s.clone()), part(1, 1).add(gy).mul(s.clone()));
+        let (half_w, half_h) = (part(2, 1).exp().mul(s.clone()).div_scalar(2.0), part(3, 1).exp().mul(s).div_scalar(2.0));
+        let scores = sigmoid(part(5, self.nc)).mul(sigmoid(part(4, 1)));
+        Tensor::cat(vec![cx.clone().sub(half_w.clone()), cy.clone().sub(half_h.clone()), cx.add(half_w), cy.add(half_h), scores], 1)
     }
 }
 
