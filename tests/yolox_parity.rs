@@ -10,7 +10,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use libreyolo_families::blocks::batch_norm::MOMENTUM;
 use libreyolo_families::tensor::AnyTensor;
 use libreyolo_families::{Ctx, LayerSpec, Network, ParamStore, Value};
-use safetensors::SafeTensors;
+use libreyolo_run::parity::fixture::{Fixture, max_abs_diff, read};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
@@ -41,34 +41,10 @@ fn sizes_t_and_s_match_libreyolo_keys_and_counts() {
     assert_eq!(build("t", 80).1.num_parameters(), 5_055_855);
 }
 
-struct Io {
-    bytes: Vec<u8>,
-}
-
-impl Io {
-    fn get(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let values = match t.dtype() {
-            safetensors::Dtype::U8 => t.data().iter().map(|v| *v as f32).collect(),
-            safetensors::Dtype::F32 => t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            safetensors::Dtype::I64 => t.data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
-            other => panic!("{name}: unexpected dtype {other:?}"),
-        };
-        (t.shape().to_vec(), values)
-    }
-
-    fn names(&self) -> Vec<String> {
-        SafeTensors::deserialize(&self.bytes).unwrap().names().into_iter().map(str::to_string).collect()
-    }
-}
-
 /// Largest |ours - expected| over the largest |expected|.
-fn rel_err(ours: &Tensor<4>, expected: &[f32]) -> f64 {
-    let ours = ours.to_data().try_to_vec::<f32>().unwrap();
-    assert_eq!(ours.len(), expected.len());
+fn rel_err<const D: usize>(ours: &Tensor<D>, expected: &[f32]) -> f64 {
     let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
-    ours.iter().zip(expected).map(|(a, b)| (*a as f64 - *b as f64).abs()).fold(0f64, f64::max) / scale
+    max_abs_diff(&read(ours).1, expected) / scale
 }
 
 #[test]
@@ -76,25 +52,27 @@ fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
     let device = Device::flex();
     let (network, mut params) = build("narrow", 3);
     libreyolo_families::weights::load_safetensors(&mut params, &fixtures().join("yolox_narrow.safetensors"), false).unwrap();
-    let io = Io { bytes: std::fs::read(fixtures().join("yolox_narrow_io.safetensors")).unwrap() };
-    let (dims, pixels) = io.get("images_u8");
+    let io = Fixture::open(&fixtures().join("yolox_narrow_io.safetensors")).unwrap();
+    let pixels = io.get("images_u8");
+    let dims = &pixels.shape;
     // YOLOX's input contract: 0-255, not normalised.
-    let images = Tensor::<4>::from_data(TensorData::new(pixels, [dims[0], dims[1], dims[2], dims[3]]), &device);
+    let images = Tensor::<4>::from_data(TensorData::new(pixels.to_f32(), [dims[0], dims[1], dims[2], dims[3]]), &device);
 
     let maps = network.forward(images.clone(), &Ctx::eval(&params), false).main;
     assert_eq!(maps.len(), 3);
     for (i, map) in maps.iter().enumerate() {
-        let (shape, want) = io.get(&format!("eval_p{}", i + 3));
-        assert_eq!(map.dims().to_vec(), shape, "eval P{} shape", i + 3);
-        let err = rel_err(map, &want);
+        let want = io.get(&format!("eval_p{}", i + 3));
+        assert_eq!(map.dims().to_vec(), want.shape, "eval P{} shape", i + 3);
+        let err = rel_err(map, &want.to_f32());
         assert!(err < 1e-4, "eval P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
     }
     // The decode: boxes within 1e-4 of the largest coordinate, scores within 1e-5.
     let head = network.head_layer().as_any().downcast_ref::<libreyolo_families::yolox::YOLOXHead>().expect("a YOLOX head");
     let pred = head.decode(&maps);
-    let (shape, want) = io.get("eval_pred");
+    let expected = io.get("eval_pred");
+    let (want, shape) = (expected.to_f32(), expected.shape);
     assert_eq!(pred.dims().to_vec(), shape, "decoded shape (B, 4 + nc, A)");
-    let ours = pred.to_data().try_to_vec::<f32>().unwrap();
+    let ours = read(&pred).1;
     let a = shape[2];
     let (mut boxes, mut scores, mut largest) = (0f64, 0f64, 0f64);
     for (k, (x, y)) in ours.iter().zip(&want).enumerate() {
@@ -112,8 +90,7 @@ fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
     let cx = Ctx::train(&params);
     let maps = network.forward(images, &cx, false).main;
     for (i, map) in maps.iter().enumerate() {
-        let (_, want) = io.get(&format!("train_p{}", i + 3));
-        let err = rel_err(map, &want);
+        let err = rel_err(map, &io.get(&format!("train_p{}", i + 3)).to_f32());
         assert!(err < 1e-4, "train P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
     }
     params.apply_batch_stats(cx.take_batch_stats(), MOMENTUM);
@@ -121,12 +98,10 @@ fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
     for name in io.names() {
         let Some(key) = name.strip_prefix("bn_after_train.") else { continue };
         let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
-        let (_, want) = io.get(&name);
+        let want = io.get(&name).to_f32();
         match &params.entry(id).value {
             Value::Float(AnyTensor::R1(t)) => {
-                let ours = t.to_data().try_to_vec::<f32>().unwrap();
-                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
-                let err = ours.iter().zip(&want).map(|(a, b)| (*a as f64 - *b as f64).abs()).fold(0f64, f64::max) / scale;
+                let err = rel_err(t, &want);
                 assert!(err < 1e-4, "{key} after one train-mode forward: relative error {err:.2e}");
             }
             Value::Count(n) => assert_eq!(*n as f32, want[0], "{key}"),

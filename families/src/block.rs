@@ -19,6 +19,28 @@ pub struct Shape {
     pub stride: usize,
 }
 
+/// The cells of a head's maps, scale by scale, row-major: `(x, y, stride)` rows as three
+/// `(1, 1, A)` tensors, cell coordinates plus `offset` (YOLOv9 decodes at cell centres, 0.5;
+/// YOLOX at corners, 0).
+pub fn grid(maps: &[Tensor<4>], strides: &[usize], offset: f32) -> [Tensor<3>; 3] {
+    let (mut xs, mut ys, mut ss) = (vec![], vec![], vec![]);
+    for (map, &stride) in maps.iter().zip(strides) {
+        let [_, _, h, w] = map.dims();
+        for y in 0..h {
+            for x in 0..w {
+                xs.push(x as f32 + offset);
+                ys.push(y as f32 + offset);
+                ss.push(stride as f32);
+            }
+        }
+    }
+    let device = maps[0].device();
+    [xs, ys, ss].map(|v| {
+        let a = v.len();
+        Tensor::from_data(burn::tensor::TensorData::new(v, [1, 1, a]), &device)
+    })
+}
+
 /// What a layer makes: a feature map, or a head's maps (one a scale).
 pub enum Out {
     Map(Tensor<4>),

@@ -9,7 +9,7 @@
 //! ```
 
 use burn::tensor::activation::{sigmoid, softmax};
-use burn::tensor::{FloatDType, Tensor, TensorData};
+use burn::tensor::{FloatDType, Tensor};
 
 use super::conv::{Conv, Conv2d, ConvShape};
 use crate::ctx::Ctx;
@@ -93,26 +93,17 @@ impl DDetect {
     /// distance is the expectation of its softmaxed bins. Always in f32, whatever the maps'
     /// dtype: a bf16 box coordinate near 640 px is only good to 4 px, and the anchors are f32.
     pub fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
-        let device = maps[0].device();
         let (mut boxes, mut scores) = (vec![], vec![]);
-        let (mut anchor_xy, mut anchor_stride) = (vec![], vec![]);
-        for (map, &stride) in maps.iter().zip(&self.strides) {
+        for map in maps {
             let [b, c, h, w] = map.dims();
             let flat = map.clone().cast(FloatDType::F32).reshape([b, c, h * w]);
             let mut parts = flat.split_with_sizes(vec![4 * self.reg_max, self.nc], 1);
             scores.push(parts.pop().expect("two parts"));
             boxes.push(parts.pop().expect("two parts"));
-            for y in 0..h {
-                for x in 0..w {
-                    anchor_xy.push((x as f32 + 0.5, y as f32 + 0.5));
-                    anchor_stride.push(stride as f32);
-                }
-            }
         }
-        let a = anchor_xy.len();
-        let xs: Vec<f32> = anchor_xy.iter().map(|p| p.0).chain(anchor_xy.iter().map(|p| p.1)).collect();
-        let anchors = Tensor::<3>::from_data(TensorData::new(xs, [1, 2, a]), &device);
-        let strides = Tensor::<3>::from_data(TensorData::new(anchor_stride, [1, 1, a]), &device);
+        let [x, y, strides] = crate::block::grid(maps, &self.strides, 0.5);
+        let anchors = Tensor::cat(vec![x, y], 1); // (1, 2, A)
+        let a = anchors.dims()[2];
 
         let logits = Tensor::cat(boxes, 2);
         let b = logits.dims()[0];

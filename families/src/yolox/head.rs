@@ -11,7 +11,7 @@
 //! ```
 
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{FloatDType, Tensor, TensorData};
+use burn::tensor::{FloatDType, Tensor};
 
 use crate::blocks::{Conv, Conv2d, ConvShape};
 use crate::ctx::Ctx;
@@ -92,23 +92,12 @@ impl YOLOXHead {
     /// then per class `sigmoid(obj) * sigmoid(cls)` (LibreYOLO's confidence). YOLOX's grid has
     /// no half-cell offset: centre `(t_xy + (x, y)) * stride`, size `exp(t_wh) * stride`.
     pub fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
-        let device = maps[0].device();
-        let (mut flat, mut grid_x, mut grid_y, mut strides) = (vec![], vec![], vec![], vec![]);
-        for (map, &stride) in maps.iter().zip(&self.strides) {
-            let [b, c, h, w] = map.dims();
-            flat.push(map.clone().cast(FloatDType::F32).reshape([b, c, h * w]));
-            for y in 0..h {
-                for x in 0..w {
-                    grid_x.push(x as f32);
-                    grid_y.push(y as f32);
-                    strides.push(stride as f32);
-                }
-            }
-        }
-        let a = strides.len();
-        let row = |v: Vec<f32>| Tensor::<3>::from_data(TensorData::new(v, [1, 1, a]), &device);
-        let (gx, gy, s) = (row(grid_x), row(grid_y), row(strides));
-        let all = Tensor::cat(flat, 2); // (B, 5 + nc, A)
+        let flat = maps.iter().map(|m| {
+            let [b, c, h, w] = m.dims();
+            m.clone().cast(FloatDType::F32).reshape([b, c, h * w])
+        });
+        let [gx, gy, s] = crate::block::grid(maps, &self.strides, 0.0);
+        let all = Tensor::cat(flat.collect(), 2); // (B, 5 + nc, A)
         let part = |i: usize, n: usize| all.clone().narrow(1, i, n);
         let (cx, cy) = (part(0, 1).add(gx).mul(s.clone()), part(1, 1).add(gy).mul(s.clone()));
         let (half_w, half_h) = (part(2, 1).exp().mul(s.clone()).div_scalar(2.0), part(3, 1).exp().mul(s).div_scalar(2.0));
