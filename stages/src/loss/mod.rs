@@ -5,6 +5,9 @@
 pub mod anchors;
 pub mod assigner;
 pub mod ciou;
+pub mod simota;
 pub mod yolo9;
+pub mod yolox;
 
 pub use yolo9::{Yolo9Loss, Yolo9Settings, Yolo9Terms};
+pub use yolox::{YoloxLoss, YoloxSettings, YoloxTerms};
