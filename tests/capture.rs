@@ -20,13 +20,17 @@ fn train(project: &Path, name: &str, extra: &[&str]) -> (bool, String) {
 }
 
 fn train_with(project: &Path, name: &str, extra: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    train_manifest("manifests/yolo9t.toml", project, name, extra, env)
+}
+
+fn train_manifest(manifest: &str, project: &Path, name: &str, extra: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
         .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
         .envs(env.iter().copied())
         .env("LIBREYOLO_LOG", "info")
         .env("LIBREYOLO_CAPTURE_SOFTWARE", "1")
         // Eager unless a test asks for graphs (the shipped `auto` captures on software graphs).
-        .args(["manifests/yolo9t.toml", "cuda_graph=false", "epochs=1", "imgsz=64", "batch=16", "device=cpu", "workers=2", "val=false", "exist_ok=true"])
+        .args([manifest, "cuda_graph=false", "epochs=1", "imgsz=64", "batch=16", "device=cpu", "workers=2", "val=false", "exist_ok=true"])
         .arg(coco128())
         .arg(format!("project={}", project.display()))
         .arg(format!("name={name}"))
@@ -210,6 +214,32 @@ fn a_stage_can_have_its_graphs_captured_again_when_mosaic_closes() {
     assert_eq!(log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss)] at input shape [16, 3, 64, 64]").count(), 2, "{log}");
     let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
     assert!(weights("eager") == weights("graph"), "re-captured graphs trained differently from eager");
+}
+
+/// YOLOX from its shipped manifest: the whole step captured, SimOTA included (LibreYOLO runs
+/// it eagerly); at mosaic close `loss.yolox` adds its L1 term, so its kind re-captures without
+/// any manifest marking; the run equals eager bit for bit, and the L1 term appears only then.
+#[test]
+fn yolox_captures_its_whole_step_and_recaptures_when_l1_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let two_epochs = ["epochs=2", "no_aug_epochs=1"];
+    let (ok, log) = train_manifest("manifests/yoloxt.toml", dir.path(), "eager", &two_epochs, &[]);
+    assert!(ok, "{log}");
+    let graphed = [&two_epochs[..], &["cuda_graph=true"]].concat();
+    let (ok, log) = train_manifest("manifests/yoloxt.toml", dir.path(), "graph", &graphed, &[]);
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("capture invalidated (mosaic closed at epoch 2; stage `loss` asked to re-capture)").count(), 1, "{log}");
+    let captured = "cuda_graph: captured training step [forward, loss, backward(forward+loss), optimizer, ema] at input shape [16, 3, 64, 64]";
+    assert_eq!(log.matches(captured).count(), 2, "{log}");
+    assert!(!log.contains("falling back to eager"), "{log}");
+    let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
+    assert!(weights("eager") == weights("graph"), "the captured YOLOX step trained differently from eager");
+    let results = std::fs::read_to_string(dir.path().join("graph/results.csv")).unwrap();
+    let mut rows = results.lines();
+    let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+    assert_eq!(&header[1..5], ["train/iou_loss", "train/obj_loss", "train/cls_loss", "train/l1_loss"]);
+    let l1: Vec<f64> = rows.map(|r| r.split(',').nth(4).unwrap().parse().unwrap()).collect();
+    assert!(l1[0] == 0.0 && l1[1] > 0.0, "L1 only after mosaic closes: {l1:?}");
 }
 
 #[test]

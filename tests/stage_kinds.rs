@@ -35,6 +35,7 @@ const fn scale_kind<const K1000: u32>(name: &'static str) -> Kind {
         not_capturable: None,
         autodiff: Autodiff::Through,
         collective: no_collective,
+        recapture_on: &[],
         settings: None,
         build: |_| Ok(Rc::new(ScaleLoss::<K1000>)),
     }

@@ -41,6 +41,22 @@ fn sizes_t_and_s_match_libreyolo_keys_and_counts() {
     assert_eq!(build("t", 80).1.num_parameters(), 5_055_855);
 }
 
+/// The shipped size manifests (their topology after the `Pixels` input layer) build LibreYOLO's
+/// networks: the same keys, shapes and parameter counts as the fixture topologies.
+#[test]
+fn shipped_manifests_build_libreyolo_yolox() {
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("yolox_keys.json")).unwrap()).unwrap();
+    for size in ["t", "s"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../manifests/yolox{size}.toml"));
+        let loaded = libreyolo_run::manifest::load(&path, &[]).unwrap_or_else(|d| panic!("{}", d.render(false)));
+        let (_, params) = Network::build(&loaded.manifest.model.layers, 80, false, &Device::flex(), 0).unwrap();
+        let expected = &fixture["sizes"][size];
+        assert_eq!(params.num_parameters() as u64, expected["num_parameters"].as_u64().unwrap(), "manifests/yolox{size}.toml parameters");
+        let ours: Vec<(String, Vec<usize>)> = params.entries().iter().map(|e| (e.name.clone(), e.value.shape())).collect();
+        assert_eq!(ours, libreyolo_run::parity::fixture::keys_and_shapes(&expected["keys"]), "manifests/yolox{size}.toml keys");
+    }
+}
+
 /// Largest |ours - expected| over the largest |expected|.
 fn rel_err<const D: usize>(ours: &Tensor<D>, expected: &[f32]) -> f64 {
     let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);

@@ -50,8 +50,31 @@ pub enum Out {
 /// A built layer of a network.
 pub trait Layer: std::fmt::Debug {
     fn forward(&self, inputs: Vec<Tensor<4>>, cx: &Ctx) -> Out;
-    /// The layer as `Any`, for the family code that reads a head's settings (its strides).
+    /// The layer as `Any`, for the family code that reads its own head's settings (YOLOv9's
+    /// loss reads `DDetect::reg_max`).
     fn as_any(&self) -> &dyn Any;
+    /// Reads the images as loaded (f32, RGB in [0, 1]) rather than cast to the compute dtype:
+    /// a layer that changes the pixels ([`crate::blocks::pixels`]) does so at full precision.
+    fn reads_pixels(&self) -> bool {
+        false
+    }
+    /// The layer as a detection head, if it is one.
+    fn as_head(&self) -> Option<&dyn Head> {
+        None
+    }
+}
+
+/// What the engine needs of a network's detection head, whatever its family: validation,
+/// predict, the eval graphs and the losses read its classes and strides, and NMS reads its
+/// decode.
+pub trait Head {
+    /// Classes.
+    fn nc(&self) -> usize;
+    /// The stride of each scale's map, in pixels.
+    fn strides(&self) -> &[usize];
+    /// Detections of the raw maps, in f32 whatever the maps' dtype: `(B, 4 + nc, A)`, xyxy
+    /// pixels then one score per class, anchors scale by scale, row-major.
+    fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3>;
 }
 
 /// A kind of block a topology can name.

@@ -203,6 +203,14 @@ impl Ctx {
         self.trace.borrow_mut().as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    /// The images as the network's layers read them: in the compute dtype (as given without one).
+    pub fn compute_input(&self, images: Tensor<4>) -> Tensor<4> {
+        match self.dtype {
+            Some(d) => images.cast(d),
+            None => images,
+        }
+    }
+
     pub fn training(&self) -> bool {
         self.training
     }

@@ -17,4 +17,4 @@ pub use params::{ParamId, ParamStore, Role, Value};
 pub use topology::{LayerSpec, TopologyError};
 
 /// Families a manifest can name in `model.family`.
-pub const FAMILIES: &[&str] = &["yolo9"];
+pub const FAMILIES: &[&str] = &["yolo9", "yolox"];

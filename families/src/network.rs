@@ -7,7 +7,7 @@ use std::rc::Rc;
 use burn::tensor::{Device, Tensor};
 
 use crate::block::{Args, BlockBuild, Layer as Built, Out, Shape, did_you_mean};
-use crate::blocks::{BLOCKS, DDetect};
+use crate::blocks::BLOCKS;
 use crate::ctx::Ctx;
 use crate::params::{BuildState, ParamStore};
 use crate::topology::{INPUT, LayerSpec, Sources, TopologyError};
@@ -95,6 +95,9 @@ impl Network {
             let mut build = BlockBuild { params: &mut pb, inputs: &in_shapes, nc, name: &spec.name, args: Args::new(i, &spec.block, &spec.args) };
             let (block, shape) = (kind.build)(&mut build)?;
             if kind.head {
+                if block.as_head().is_none() {
+                    return Err(TopologyError::new(i, Some("block"), format!("block `{}` is marked a head but its layer is not a `Head`", spec.block)));
+                }
                 let slot = if spec.aux { &mut aux_head } else { &mut main_head };
                 if slot.is_some() {
                     return Err(TopologyError::new(i, Some("block"), format!("a second {} head `{}`", if spec.aux { "auxiliary" } else { "main" }, spec.name)));
@@ -108,8 +111,13 @@ impl Network {
             layers.push(Layer { name: spec.name.clone(), inputs, block, aux: spec.aux });
         }
 
-        let main_head = main_head
-            .ok_or_else(|| TopologyError::new(specs.len().saturating_sub(1), None, "the topology has no head (a `DDetect` layer with `aux = false`)"))?;
+        let main_head = main_head.ok_or_else(|| {
+            TopologyError::new(
+                specs.len().saturating_sub(1),
+                None,
+                "the topology has no head (a head block such as `DDetect` or `YOLOXHead`, with `aux = false`)",
+            )
+        })?;
         let mut last_use: Vec<usize> = (0..layers.len()).collect();
         for (i, layer) in layers.iter().enumerate() {
             for src in &layer.inputs {
@@ -122,14 +130,14 @@ impl Network {
         Ok((Network { layers, main_head, aux_head, last_use }, state.store))
     }
 
-    /// The main head, a YOLO detection head.
-    /// The main head, whatever its family (`as_any` gives its type).
+    /// The main head's layer (`as_any` gives its family's type).
     pub fn head_layer(&self) -> &dyn crate::block::Layer {
         self.layers[self.main_head].block.as_ref()
     }
 
-    pub fn head(&self) -> &DDetect {
-        self.layers[self.main_head].block.as_any().downcast_ref::<DDetect>().expect("the main head is a DDetect")
+    /// The main head, whatever its family.
+    pub fn head(&self) -> &dyn crate::block::Head {
+        self.head_layer().as_head().expect("a head block's layer is a Head")
     }
 
     pub fn has_aux(&self) -> bool {
@@ -206,7 +214,10 @@ impl Network {
                 .inputs
                 .iter()
                 .map(|s| match s {
-                    Source::Input => images.expect("only layers before a seam read the images").clone(),
+                    Source::Input => {
+                        let images = images.expect("only layers before a seam read the images").clone();
+                        if layer.block.reads_pixels() { images } else { cx.compute_input(images) }
+                    }
                     Source::Layer(j) => values[*j].clone().expect("inputs run before their readers"),
                 })
                 .collect();

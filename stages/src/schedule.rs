@@ -4,12 +4,17 @@
 //! - warm-up (`it <= W`, `W = warmup_epochs * iters_per_epoch`): lr linear from
 //!   `min(warmup_lr_start, lr0)` to `lr0`, momentum linear from `warmup_momentum` to `momentum`;
 //! - `linear`: `lr0 - (lr0 - lr0 * min_lr_ratio) * (it - W) / max(1, T - W)`;
-//! - `cos`: cosine from `lr0` down to `lr0 * min_lr_ratio` over `T - W`.
+//! - `cos`: cosine from `lr0` down to `lr0 * min_lr_ratio` over `T - W`;
+//! - `yoloxwarmcos` (LibreYOLO's `WarmupCosineScheduler`): the warm-up is quadratic,
+//!   `(lr0 - start) * (it / W)^2 + start`, with no momentum warm-up; then cosine from `lr0` to
+//!   `lr0 * min_lr_ratio` over `T - W - P` and that minimum for the last `P` iterations
+//!   (`P = plateau_epochs * iters_per_epoch`, the epochs without mosaic).
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Linear,
     Cos,
+    YoloxWarmCos { plateau_epochs: usize },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +37,18 @@ impl Schedule {
         let t = (self.epochs * self.iters_per_epoch) as f64;
         let it = it as f64;
         let min_lr = self.lr0 * self.min_lr_ratio;
+        if let Kind::YoloxWarmCos { plateau_epochs } = self.kind {
+            let start = self.warmup_lr_start.min(self.lr0);
+            let plateau = (plateau_epochs * self.iters_per_epoch) as f64;
+            let lr = if w > 0.0 && it <= w {
+                (self.lr0 - start) * (it / w).powi(2) + start
+            } else if it >= t - plateau {
+                min_lr
+            } else {
+                min_lr + 0.5 * (self.lr0 - min_lr) * (1.0 + (std::f64::consts::PI * (it - w) / (t - w - plateau)).cos())
+            };
+            return (lr, self.momentum);
+        }
         if w > 0.0 && it <= w {
             let start = self.warmup_lr_start.min(self.lr0);
             let lr = (self.lr0 - start) * it / w + start;
@@ -41,7 +58,7 @@ impl Schedule {
         let progress = ((it - w) / (t - w).max(1.0)).min(1.0);
         let lr = match self.kind {
             Kind::Linear => self.lr0 - (self.lr0 - min_lr) * progress,
-            Kind::Cos => min_lr + (self.lr0 - min_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+            Kind::Cos | Kind::YoloxWarmCos { .. } => min_lr + (self.lr0 - min_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
         };
         (lr, self.momentum)
     }
@@ -82,5 +99,30 @@ mod tests {
         let c = Schedule { kind: Kind::Cos, ..s };
         assert!((c.at(100).0 - 1e-4).abs() < 1e-12);
         assert!(c.at(65).0 < 0.01 && c.at(65).0 > 1e-4);
+    }
+
+    /// LibreYOLO's `WarmupCosineScheduler(lr=0.01, iters_per_epoch=10, total_epochs=20,
+    /// warmup_epochs=5, warmup_lr_start=0, plateau_epochs=5, min_lr_ratio=0.05)`, values
+    /// computed from its formula.
+    #[test]
+    fn yoloxwarmcos_is_quadratic_then_cosine_then_flat() {
+        let s = Schedule {
+            kind: Kind::YoloxWarmCos { plateau_epochs: 5 },
+            lr0: 0.01,
+            momentum: 0.9,
+            warmup_epochs: 5.0,
+            warmup_lr_start: 0.0,
+            warmup_momentum: 0.8,
+            min_lr_ratio: 0.05,
+            epochs: 20,
+            iters_per_epoch: 10,
+        };
+        assert_eq!(s.at(0), (0.0, 0.9), "no momentum warm-up");
+        assert!((s.at(25).0 - 0.01 * 0.25).abs() < 1e-15);
+        assert!((s.at(50).0 - 0.01).abs() < 1e-15);
+        // Half-way through the cosine (iterations 50..150): the mean of lr0 and the minimum.
+        assert!((s.at(100).0 - (0.0005 + 0.5 * 0.0095)).abs() < 1e-12);
+        assert_eq!(s.at(150).0, 0.0005);
+        assert_eq!(s.at(199).0, 0.0005);
     }
 }

@@ -115,6 +115,10 @@ pub struct Kind {
     pub autodiff: Autodiff,
     /// Under data parallelism, why the stage cannot be captured (a collective inside it).
     pub collective: Collective,
+    /// Run events after which the kind computes something else (`mosaic_close`: YOLOX's loss
+    /// adds its L1 term), so graphs holding it are captured again: a stage re-captures on
+    /// these and on any its manifest `[[stage]]` lists.
+    pub recapture_on: &'static [&'static str],
     pub settings: Option<Settings>,
     /// Builds the stage of a run.
     pub build: fn(&Build<'_>) -> anyhow::Result<Rc<dyn Stage>>,
@@ -168,6 +172,10 @@ pub struct StepInfo {
     pub iteration: usize,
     /// This micro-batch closes a gradient-accumulation window (always, without accumulation).
     pub last_micro: bool,
+    /// The run is in its last `augment.no_aug_epochs` epochs (mosaic closed; YOLOX's loss adds
+    /// its L1 term). A stage whose computation this changes lists `mosaic_close` in its kind's
+    /// `recapture_on`, so its graphs are captured again.
+    pub mosaic_closed: bool,
 }
 
 pub use libreyolo_families::tensor::AnyTensor;

@@ -39,7 +39,7 @@ pub fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, 
         Some(d) => Ctx::eval_in(params, d),
         None => Ctx::eval(params),
     };
-    decoded(network, &cx, compute, x)
+    decoded(network, &cx, x)
 }
 
 /// The eval forward with inference fusion (LibreYOLO's `fuse()`, [`Ctx::eval_fused`]): the
@@ -47,15 +47,11 @@ pub fn run(network: &Network, params: &ParamStore, compute: Option<FloatDType>, 
 /// while the returned function is in use (predict; not validation during training).
 pub fn fused_eval_forward<'a>(network: &'a Network, params: &'a ParamStore, compute: Option<FloatDType>) -> ForwardFn<'a> {
     let cx = Ctx::eval_fused(params, compute);
-    Rc::new(move |x| decoded(network, &cx, compute, x))
+    Rc::new(move |x| decoded(network, &cx, x))
 }
 
-/// `network`'s forward in `cx` on `x` cast to `compute`, decoded, in f32.
-fn decoded(network: &Network, cx: &Ctx, compute: Option<FloatDType>, x: Tensor<4>) -> Tensor<3> {
-    let x = match compute {
-        Some(d) => x.cast(d),
-        None => x,
-    };
+/// `network`'s forward in `cx` (which casts the images to its compute dtype), decoded, in f32.
+fn decoded(network: &Network, cx: &Ctx, x: Tensor<4>) -> Tensor<3> {
     network.head().decode(&network.forward(x, cx, false).main).cast(FloatDType::F32)
 }
 

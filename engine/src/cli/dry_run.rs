@@ -32,7 +32,7 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         m.model.layers.len(),
         params.len(),
         params.num_parameters(),
-        if m.model.aux_weight > 0.0 { ", with the PGI auxiliary branch" } else { "" }
+        if m.model.aux_weight > 0.0 && m.model.layers.iter().any(|l| l.aux) { ", with the PGI auxiliary branch" } else { "" }
     );
 
     let plan = dag.plan(m.capture.enabled.wanted());

@@ -161,7 +161,11 @@ impl StepDag {
                 kind,
                 capture: spec.capture,
                 inputs,
-                recapture_on: spec.recapture_on.clone(),
+                recapture_on: {
+                    let mut events: Vec<String> = kind.recapture_on.iter().map(|e| e.to_string()).collect();
+                    events.extend(spec.recapture_on.iter().filter(|e| !kind.recapture_on.contains(&e.as_str())).cloned());
+                    events
+                },
                 until: spec.until.clone(),
             });
         }

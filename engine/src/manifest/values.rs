@@ -194,6 +194,9 @@ pub enum Scheduler {
     /// Linear warm-up, then cosine decay to `lr0 * min_lr_ratio`.
     #[serde(alias = "warmcos")]
     Cos,
+    /// YOLOX's `yoloxwarmcos`: quadratic warm-up from `warmup_lr_start`, cosine decay to
+    /// `lr0 * min_lr_ratio`, then that rate for the last `augment.no_aug_epochs` epochs.
+    Yoloxwarmcos,
 }
 
 /// `capture.enabled` (`cuda_graph=`), as LibreYOLO reads `cuda_graph`: `true`, `false`, or

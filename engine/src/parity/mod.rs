@@ -216,7 +216,7 @@ fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &De
     let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), ldev);
     // On another device the maps become leaves there, detached from the network's graph.
     let leaves: Option<Vec<Tensor<4>>> = loss_device.map(|d| maps.iter().map(|m| Tensor::<4>::from_data(m.to_data(), d).autodiff().require_grad()).collect());
-    let terms = Yolo9Loss::libreyolo_default(network.head().nc).compute(leaves.as_ref().unwrap_or(&maps), &network.head().strides, targets);
+    let terms = Yolo9Loss::libreyolo_default(network.head().nc()).compute(leaves.as_ref().unwrap_or(&maps), network.head().strides(), targets);
 
     let (_, positive) = read(&terms.assignment.positive);
     let (_, gt_index) = read(&terms.assignment.gt_index.clone().float());

@@ -122,7 +122,7 @@ pub fn probe(loaded: &LoadedManifest, dag: &StepDag, nc: usize, device: &Device,
         };
         let mut board = Board::new(core.program.slots);
         board.put(BATCH_SLOT, Value::Batch(Rc::new(batch)));
-        core.run_items(0..end, &mut board, &Tapes::new(core.program.pieces), false, false, StepInfo { iteration: 0, last_micro: true })?;
+        core.run_items(0..end, &mut board, &Tapes::new(core.program.pieces), false, false, StepInfo { iteration: 0, last_micro: true, mosaic_closed: false })?;
         drop(board);
         device.sync().map_err(|e| anyhow::anyhow!("AutoBatch probe at batch {b}: {e:?}"))?;
         let Some(usage) = device.memory_pool_usage() else {

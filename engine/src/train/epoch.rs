@@ -133,6 +133,7 @@ impl Trainer<'_> {
         let started = Instant::now();
         let batches = loader.epoch(epoch as u64);
         let accumulate = self.update.accumulate;
+        let mosaic_closed = epoch >= epochs.saturating_sub(self.loaded.manifest.augment.no_aug_epochs as usize);
         let mut i = 0;
         let end = loop {
             if let Some(p) = self.probes.profiler.as_mut() {
@@ -158,7 +159,7 @@ impl Trainer<'_> {
             if let Some(sampler) = self.probes.host_sampler.as_mut() {
                 sampler.start()?;
             }
-            let info = StepInfo { iteration: self.update.iteration.get(), last_micro: (i + 1) % accumulate == 0 || i + 1 == total };
+            let info = StepInfo { iteration: self.update.iteration.get(), last_micro: (i + 1) % accumulate == 0 || i + 1 == total, mosaic_closed };
             let out = self.exec.step(batch, info, &mut Probed(&mut self.probes.profiler))?;
             // The rate and the steps taken after this step (what `steps.csv` has always shown).
             let lr = self.lr();

@@ -62,7 +62,8 @@ fn header(t: &Trainer<'_>, resolved: &ResolvedDevice, images: usize, batch: usiz
     let world = t.replica.world();
     let accumulate = t.update.accumulate;
     format!(
-        "training {} ({} parameters) on {} for {} epochs: {images} images, batch {batch}{}{}, {} steps/epoch, {}",
+        "training {}-{} ({} parameters) on {} for {} epochs: {images} images, batch {batch}{}{}, {} steps/epoch, {}",
+        m.model.family,
         m.model.size,
         t.model.params.borrow().num_parameters(),
         resolved.describe(),

@@ -100,6 +100,7 @@ fn schedule(loaded: &LoadedManifest, iters_per_epoch: usize) -> Schedule {
         kind: match m.schedule.scheduler {
             Scheduler::Linear => schedule::Kind::Linear,
             Scheduler::Cos => schedule::Kind::Cos,
+            Scheduler::Yoloxwarmcos => schedule::Kind::YoloxWarmCos { plateau_epochs: m.augment.no_aug_epochs as usize },
         },
         lr0: m.optim.lr0,
         momentum: m.optim.momentum,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use burn::tensor::{Device, Tensor};
-use libreyolo_families::blocks::DDetect;
+use libreyolo_families::block::Head;
 use libreyolo_stages::data::{Dataset, Loader};
 use libreyolo_stages::val::coco::{self, Detection};
 use libreyolo_stages::val::nms::{self, NmsConfig};
@@ -21,7 +21,7 @@ pub fn nms_config(val: &crate::manifest::ValSettings) -> NmsConfig {
 /// with `forward` mapping a batch of images to decoded predictions (eager, or through a
 /// captured graph).
 pub fn validate(
-    head: &DDetect,
+    head: &dyn Head,
     loader: &Loader,
     device: &Device,
     nms_cfg: &NmsConfig,
@@ -40,12 +40,12 @@ pub fn validate(
             let (ow, oh) = ds.items[index].size;
             let ratio = (cfg.height as f32 / oh as f32).min(cfg.width as f32 / ow as f32);
             let image_pred = &values[k * rows * a..(k + 1) * rows * a];
-            for d in nms::detect(image_pred, head.nc, a, ratio, ow, oh, nms_cfg) {
+            for d in nms::detect(image_pred, head.nc(), a, ratio, ow, oh, nms_cfg) {
                 let [x1, y1, x2, y2] = d.xyxy.map(|v| v as f64);
                 dets.push(Detection { image: index, category: d.class, bbox: [x1, y1, x2 - x1, y2 - y1], score: d.score as f64 });
             }
         }
     }
     let gts = libreyolo_stages::val::ground_truth(ds);
-    Ok((coco::evaluate(ds.len(), head.nc, &gts, &dets), dets))
+    Ok((coco::evaluate(ds.len(), head.nc(), &gts, &dets), dets))
 }

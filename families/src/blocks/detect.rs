@@ -146,6 +146,21 @@ impl crate::block::Layer for DDetect {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+    fn as_head(&self) -> Option<&dyn crate::block::Head> {
+        Some(self)
+    }
+}
+
+impl crate::block::Head for DDetect {
+    fn nc(&self) -> usize {
+        self.nc
+    }
+    fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+        DDetect::decode(self, maps)
+    }
 }
 
 #[cfg(test)]

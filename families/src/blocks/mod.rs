@@ -8,6 +8,7 @@ pub mod conv;
 pub mod detect;
 pub mod downsample;
 pub mod elan;
+pub mod pixels;
 pub mod rep_conv;
 pub mod rep_ncsp;
 pub mod rep_ncspelan;
@@ -26,6 +27,7 @@ pub use sppelan::SPPELAN;
 
 /// The blocks a topology can name.
 pub const BLOCKS: &[&crate::block::BlockKind] = &[
+    &pixels::BLOCK,
     &conv::BLOCK,
     &elan::BLOCK,
     &rep_ncspelan::BLOCK,

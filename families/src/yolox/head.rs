@@ -126,4 +126,19 @@ impl crate::block::Layer for YOLOXHead {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+    fn as_head(&self) -> Option<&dyn crate::block::Head> {
+        Some(self)
+    }
+}
+
+impl crate::block::Head for YOLOXHead {
+    fn nc(&self) -> usize {
+        self.nc
+    }
+    fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+        YOLOXHead::decode(self, maps)
+    }
 }

@@ -17,6 +17,7 @@ pub static KIND: Kind = Kind {
     not_capturable: Some("it decodes and augments images on the host"),
     autodiff: Autodiff::None,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(DataYolo { device: b.device.clone() })),
 };

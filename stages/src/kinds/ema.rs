@@ -14,6 +14,7 @@ pub static KIND: Kind = Kind {
     not_capturable: None,
     autodiff: Autodiff::None,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(EmaStage { model: b.model.clone(), update: b.update.clone() })),
 };

@@ -19,6 +19,7 @@ pub static KIND: Kind = Kind {
     not_capturable: None,
     autodiff: Autodiff::None,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(GradClip { max_norm: b.update.clip_max_norm, scaler: b.scaler.clone() })),
 };

@@ -18,6 +18,7 @@ pub static KIND: Kind = Kind {
     not_capturable: Some("it keeps an accumulation window on the host and runs the gradient all-reduce"),
     autodiff: Autodiff::None,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(GradSync { group: b.group.clone(), accumulate: b.update.accumulate, sum: RefCell::new(vec![]) })),
 };

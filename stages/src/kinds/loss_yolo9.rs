@@ -6,6 +6,7 @@
 use std::rc::Rc;
 
 use burn::tensor::{FloatDType, Tensor};
+use libreyolo_families::blocks::DDetect;
 
 use crate::loss::{Yolo9Loss, Yolo9Settings};
 use crate::stage::{AnyTensor, Autodiff, Group, Io, Kind, LossTerms, Parallel, Settings, SettingsError, Stage, Ty, Value, port};
@@ -18,11 +19,14 @@ pub static KIND: Kind = Kind {
     not_capturable: None,
     autodiff: Autodiff::Through,
     collective: |p: &Parallel| (p.world > 1).then_some("the loss all-reduces its normaliser over the GPUs"),
+    recapture_on: &[],
     settings: Some(Settings { section: "loss", keys: FIELDS, check: |t| settings(t).map(|_| ()) }),
     build: |b| {
         let s = settings(&b.section("loss")).map_err(|e| anyhow::anyhow!("[loss] {}: {}", e.key, e.message))?;
         let aux_weight = b.section("model").get("aux_weight").and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64))).unwrap_or(0.25);
-        let head = b.model.network.head();
+        let Some(head) = b.model.network.head_layer().as_any().downcast_ref::<DDetect>() else {
+            anyhow::bail!("`loss.yolo9` needs a YOLOv9 head (`DDetect`) at the end of `model.layers`")
+        };
         Ok(Rc::new(LossYolo9 { loss: Yolo9Loss::new(s, b.model.nc, head.reg_max), strides: head.strides.clone(), aux_weight, group: b.group.clone() }))
     },
 };

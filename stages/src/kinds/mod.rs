@@ -6,6 +6,7 @@ pub mod ema;
 pub mod grad_clip;
 pub mod grad_sync;
 pub mod loss_yolo9;
+pub mod loss_yolox;
 pub mod network_backward;
 pub mod network_forward;
 pub mod optimizer;
@@ -20,6 +21,7 @@ pub fn builtin() -> Registry {
             &data_yolo::KIND,
             &network_forward::KIND,
             &loss_yolo9::KIND,
+            &loss_yolox::KIND,
             &network_backward::KIND,
             &grad_clip::KIND,
             &optimizer::KIND,

@@ -28,6 +28,7 @@ pub static KIND: Kind = Kind {
     not_capturable: None,
     autodiff: Autodiff::Backward,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(NetworkBackward::new(b))),
 };

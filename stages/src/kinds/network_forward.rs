@@ -25,6 +25,7 @@ pub static KIND: Kind = Kind {
     collective: |p: &Parallel| {
         (p.world > 1 && p.sync_bn).then_some("SyncBatchNorm all-reduces inside the forward; with several GPUs capture needs `sync_bn=false`")
     },
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(NetworkForward::new(b))),
 };
@@ -54,13 +55,6 @@ impl NetworkForward {
         }
     }
 
-    fn input(&self, images: Tensor<4>) -> Tensor<4> {
-        match self.compute {
-            Some(d) => images.cast(d),
-            None => images,
-        }
-    }
-
     fn layer(&self, name: &str) -> anyhow::Result<usize> {
         self.model.network.layer_index(name).ok_or_else(|| anyhow::anyhow!("the network has no layer `{name}`"))
     }
@@ -81,13 +75,13 @@ impl Stage for NetworkForward {
         let out = match io.part {
             Part::Whole => {
                 let AnyTensor::R4(images) = io.tensor(0)? else { anyhow::bail!("network.forward reads rank-4 images") };
-                let maps = network.forward(self.input(images), &cx, with_aux);
+                let maps = network.forward(images, &cx, with_aux);
                 let groups = std::iter::once(maps.main).chain(maps.aux).map(|g| g.into_iter().map(AnyTensor::R4).collect()).collect();
                 Activations { groups }
             }
             Part::Until(layer) => {
                 let AnyTensor::R4(images) = io.tensor(0)? else { anyhow::bail!("network.forward reads rank-4 images") };
-                let crossing = network.forward_until(self.layer(layer)?, self.input(images), &cx, with_aux);
+                let crossing = network.forward_until(self.layer(layer)?, images, &cx, with_aux);
                 Activations { groups: vec![crossing.into_iter().map(AnyTensor::R4).collect()] }
             }
             Part::From(layer) => {

@@ -23,6 +23,7 @@ pub static KIND: Kind = Kind {
     not_capturable: None,
     autodiff: Autodiff::None,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(OptimizerStage { params: b.model.params.clone(), update: b.update.clone(), scaler: b.scaler.clone() })),
 };

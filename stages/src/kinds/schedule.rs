@@ -13,6 +13,7 @@ pub static KIND: Kind = Kind {
     not_capturable: Some("it computes the next learning rate on the host"),
     autodiff: Autodiff::None,
     collective: no_collective,
+    recapture_on: &[],
     settings: None,
     build: |b| Ok(Rc::new(ScheduleStage { update: b.update.clone() })),
 };
