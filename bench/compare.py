@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark: LibreYOLO 1.6 (PyTorch) and libreyolo-run, same machine, same run.
 
-Both train YOLOv9 (sizes t, s) from scratch on the same dataset with the same batch, image
+Both train a family (`--family`: YOLOv9, YOLOX; sizes t, s) from scratch on the same dataset with the same batch, image
 size, precision and loader settings. Each configuration is run eager and with CUDA graphs
 (LibreYOLO `cuda_graph=True`; libreyolo-run the same two graphs, and the whole step captured).
 
@@ -27,7 +27,7 @@ own figures. Prints the tables with the ratio ours / LibreYOLO, writes the JSON 
 bench/results/, and with --docs appends the tables to the month's results history,
 docs/history/YYYY-MM.md (docs/benchmarks.md keeps the current figures, edited by hand).
 
-    python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--sizes t,s] [--batch 8,16]
+    python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--family yolo9|yolox] [--sizes t,s] [--batch 8,16]
         [--dtype bf16,f16] [--imgsz 640] [--warmup 10] [--steps 24] [--workers 8] [--isolated]
         [--throughput E] [--cold-cache] [--gpus 0,1] [--docs]
     python3 bench/compare.py --merge A.json B.json ... [--docs]
@@ -56,10 +56,10 @@ AMP_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
 
 def libreyolo_profiled(args, size, batch, dtype, graph, out):
     """LibreYOLO's own profiled training (its `profile run`, through the Python API)."""
-    name = f"libreyolo_{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}"
-    model = iso.libreyolo_model(size, args.device)
+    name = f"libreyolo_{args.family}{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}"
+    model = iso.libreyolo_model(size, args.device, args.family)
     t0 = time.time()
-    iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph,
+    iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, args.family,
                         epochs=args.warmup + args.steps + 5, profile=True, profile_warmup=args.warmup, profile_steps=args.steps,
                         profile_then_stop=True, profile_open=False)
     wall = time.time() - t0
@@ -71,18 +71,18 @@ def libreyolo_profiled(args, size, batch, dtype, graph, out):
 
 def libreyolo_isolated(args, size, batch, dtype, graph, out):
     """LibreYOLO's step on one real batch replayed (bench/libreyolo_isolated.py)."""
-    r = iso.measure(args.data, out, size, batch, dtype, graph, args.imgsz, args.warmup, args.steps, args.device, args.workers)
+    r = iso.measure(args.data, out, size, batch, dtype, graph, args.imgsz, args.warmup, args.steps, args.device, args.workers, args.family)
     return {"step_ms": r["step_ms_median"], "step_ms_min": r["step_ms_min"], "step_ms_median": r["step_ms_median"],
             "img_per_s": r["img_per_s"], "dataload_ms": 0.0, "peak_memory_mb": r["peak_memory_mb"], "warmup_s": r["warmup_s"],
             "first_step_s": r["first_step_s"]}
 
 
-# libreyolo-run's capture modes: eager; LibreYOLO's contract (the shipped marks: forward and
-# backward as two graphs, the loss eager), which is what `cuda_graph=True` does there; the whole
-# step as one graph.
+# libreyolo-run's capture modes: eager; LibreYOLO's contract (forward and backward as two
+# graphs, the loss, optimizer and EMA eager), which is what `cuda_graph=True` does there; the
+# whole step as one graph (what the shipped manifests mark).
 OUR_MODES = {
-    "eager": [],
-    "two graphs": ["cuda_graph=true"],
+    "eager": ["cuda_graph=false"],
+    "two graphs": ["cuda_graph=true", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"],
     "whole-step graph": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
 }
 
@@ -99,7 +99,7 @@ def our_command(args, size, batch, dtype, out, name, command=()):
     """libreyolo-run (`command`: a subcommand such as `profile run`) on the size's manifest with
     the settings every harness run shares: the data, batch, size, device, workers, RAM cache,
     seed 0 and `dtype`'s precision, writing to OUT/NAME."""
-    return [args.bin, *command, os.path.join(ROOT, f"manifests/yolo9{size}.toml"), f"data={args.data}", f"batch={batch}",
+    return [args.bin, *command, os.path.join(ROOT, f"manifests/{args.family}{size}.toml"), f"data={args.data}", f"batch={batch}",
             f"imgsz={args.imgsz}", f"device={device_arg(args)}", f"workers={args.workers}", "cache=ram", f"project={out}",
             f"name={name}", "exist_ok=true", "seed=0"] + precision_args(dtype)
 
@@ -120,7 +120,7 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
     Isolated: one batch replayed, and twice the steps so that the profiler's unsynchronised half
     holds `steps` of them (the synced half times each phase). `kernel_cache`: an empty directory
     for a cold start, whose window is the same warm-up and 2 steps (only the warm-up is read)."""
-    name = f"ours_{size}_b{batch}_{dtype}_{mode.replace(' ', '-')}{'_cold' if kernel_cache else ''}"
+    name = f"ours_{args.family}{size}_b{batch}_{dtype}_{mode.replace(' ', '-')}{'_cold' if kernel_cache else ''}"
     steps = 2 if kernel_cache else 2 * args.steps if args.isolated else args.steps
     cmd = our_command(args, size, batch, dtype, out, name, ("profile", "run"))
     cmd += [f"profile.warmup={args.warmup}", f"profile.steps={steps}"] + OUR_MODES[mode]
@@ -176,20 +176,18 @@ def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
     """Seconds of each epoch of a training of `epochs` epochs (no profiler, no validation) by
     `engine`, as the engine's own results.csv records them (LibreYOLO's `time`, our `seconds`:
     the epoch's training loop); `graph`: LibreYOLO's `cuda_graph=True`, our whole step captured."""
-    import csv
 
     if engine == "LibreYOLO 1.6":
-        name = f"libreyolo_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
-        model = iso.libreyolo_model(size, args.device)
-        iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, epochs=epochs)
+        name = f"libreyolo_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
+        model = iso.libreyolo_model(size, args.device, args.family)
+        iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, args.family, epochs=epochs)
         column = "time"
     else:
-        name = f"ours_tp_{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
+        name = f"ours_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
         cmd = our_command(args, size, batch, dtype, out, name) + [f"epochs={epochs}", "val=false", "no_aug_epochs=0"]
         run_ours(cmd + (OUR_MODES["whole-step graph"] if graph else []), os.path.join(out, f"{name}.stderr.log"))
         column = "seconds"
-    with open(os.path.join(out, name, "results.csv")) as f:
-        return [float(r[column]) for r in csv.DictReader(f)]
+    return [float(r[column]) for r in iso.epoch_rows(os.path.join(out, name, "results.csv"))]
 
 
 def training_images(data):
@@ -485,7 +483,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--gpus", default="0", help="GPUs to spread the runs over, comma-separated (one run per GPU at a time)")
-    ap.add_argument("--sizes", default="t", help="YOLOv9 sizes, comma-separated (t,s)")
+    ap.add_argument("--family", default="yolo9", choices=sorted(iso.LIBREYOLO_CLASS), help="the family both engines train")
+    ap.add_argument("--sizes", default="t", help="sizes of the family, comma-separated (t,s)")
     ap.add_argument("--batch", default="8,16")
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--dtype", default="bf16", help="comma-separated: bf16, f16, f32")
@@ -529,7 +528,7 @@ def main():
         "machine": {"host": platform.node(), "cpu_count": os.cpu_count(), "device": args.device, "gpus": args.gpus,
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
         "software": {"libreyolo": libreyolo.__version__, "torch": torch.__version__, "libreyolo-run": version},
-        "settings": {k: getattr(args, k) for k in ("sizes", "batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated", "modes",
+        "settings": {k: getattr(args, k) for k in ("family", "sizes", "batch", "imgsz", "dtype", "warmup", "steps", "workers", "isolated", "modes",
                                                    "throughput")},
         "units": {"step_ms": "ms", "step_ms_min": "ms", "step_ms_median": "ms", "img_per_s": "images/s", "dataload_ms": "ms",
                   "peak_memory_mb": "MB", "warmup_s": "s", "first_step_s": "s", "wall_s": "s", "epoch_s": "s", "first_epoch_s": "s"},
@@ -538,7 +537,7 @@ def main():
         "out": args.out,
     }
     write_result(result, args.device, args.docs,
-                 f"side by side on {args.device} (bench/compare.py{' --isolated' if args.isolated else ''}): YOLOv9 {args.sizes}, "
+                 f"side by side on {args.device} (bench/compare.py{' --isolated' if args.isolated else ''}): {args.family} {args.sizes}, "
                  f"{args.imgsz} px, {args.dtype}, workers {args.workers}, RAM cache, {args.warmup} warm-up + {args.steps} measured steps; "
                  f"LibreYOLO {libreyolo.__version__} (torch {torch.__version__}) vs {version}")
     if failures:

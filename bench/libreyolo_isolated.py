@@ -13,12 +13,13 @@ the median of the next `steps` are reported with the peak GPU memory (reserved, 
 counts it, and allocated) and the warm-up as its own
 figures (seconds from the epoch's start to the end of the first step and to the window).
 
-    python3 bench/libreyolo_isolated.py DATA_YAML OUT --size t --batch 8 --dtype bf16 [--graph]
+    python3 bench/libreyolo_isolated.py DATA_YAML OUT [--family yolo9|yolox] --size t --batch 8 --dtype bf16 [--graph]
         [--imgsz 640] [--warmup 10] [--steps 24] [--device cuda]
 
 Prints one JSON line (also written to OUT/NAME.json). DATA_YAML must hold an absolute `path:`.
 """
 import argparse
+import csv
 import json
 import os
 import statistics
@@ -44,27 +45,56 @@ class RepeatFirstBatch:
             yield self.batch
 
 
-def libreyolo_model(size, device):
-    """A fresh LibreYOLO 1.6 YOLOv9 of `size` (random init, seed 0, 80 classes)."""
+# The families both engines train: LibreYOLO's class of each.
+LIBREYOLO_CLASS = {"yolo9": "LibreYOLO9", "yolox": "LibreYOLOX"}
+
+# LibreYOLO's recipe where this engine does not have a part of it yet, set on LibreYOLO's side so
+# that both engines do the same work: YOLOX's MixUp (LibreYOLO's default mixup_prob is 1.0).
+SAME_RECIPE = {"yolox": {"mixup_prob": 0.0}}
+
+
+def epoch_rows(results_csv):
+    """An engine's per-epoch rows as dicts: its results.csv, or, where LibreYOLO writes only its
+    metrics log (YOLOX), the metrics.jsonl beside it (validation figures nested under
+    `val_metrics` or flat)."""
+    if os.path.exists(results_csv):
+        with open(results_csv) as f:
+            return list(csv.DictReader(f))
+    jsonl = os.path.join(os.path.dirname(results_csv), "metrics.jsonl")
+    if not os.path.exists(jsonl):
+        return []
+    rows = []
+    for line in open(jsonl):
+        r = json.loads(line)
+        r.update(r.pop("val_metrics", None) or {})
+        rows.append({k: v for k, v in r.items() if not isinstance(v, (dict, list))})
+    return rows
+
+
+def libreyolo_model(size, device, family="yolo9"):
+    """A fresh LibreYOLO 1.6 network of `family` and `size` (random init, seed 0, 80 classes)."""
     import torch
-    from libreyolo import LibreYOLO9
+    import libreyolo
 
     torch.manual_seed(0)
-    return LibreYOLO9(None, size=size, nb_classes=80, device=device)
+    return getattr(libreyolo, LIBREYOLO_CLASS[family])(None, size=size, nb_classes=80, device=device)
 
 
-def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, **extra):
+def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, family="yolo9", **extra):
     """`model.train(...)` with the settings every harness run shares: seed 0, RAM cache, no
     validation, mosaic throughout, AMP in `dtype` on a GPU (f32 on the CPU, as LibreYOLO runs
-    it), `cuda_graph=graph`; `extra` adds or overrides keyword arguments (epochs, profiler)."""
+    it), `cuda_graph=graph`, the family's SAME_RECIPE; `extra` adds or overrides keyword
+    arguments (epochs, profiler)."""
     kwargs = dict(data=data, epochs=1, batch=batch, imgsz=imgsz, device=device, workers=workers, seed=0, project=out, name=name,
                   exist_ok=True, val=False, no_aug_epochs=0, amp=dtype != "f32" and device != "cpu",
                   amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(dtype, "float16"), cuda_graph=graph, cache="ram")
+    kwargs.update(SAME_RECIPE.get(family, {}))
     kwargs.update(extra)
     model.train(**kwargs)
 
 
-def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, warmup=10, steps=24, device="cuda", workers=8):
+def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, warmup=10, steps=24, device="cuda", workers=8,
+            family="yolo9"):
     import torch
     from libreyolo.training import trainer as trainer_mod
 
@@ -86,12 +116,12 @@ def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, 
 
     base._train_epoch, base._apply_scheduler = train_epoch, apply_scheduler
     cuda = device != "cpu" and torch.cuda.is_available()
-    name = f"libreyolo_{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}_isolated"
+    name = f"libreyolo_{family}{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}_isolated"
     try:
-        model = libreyolo_model(size, device)
+        model = libreyolo_model(size, device, family)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph)
+        libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, family)
     finally:
         base._train_epoch, base._apply_scheduler = orig_epoch, orig_sched
     if len(stamps) < total:
@@ -118,6 +148,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("data")
     ap.add_argument("out")
+    ap.add_argument("--family", default="yolo9", choices=sorted(LIBREYOLO_CLASS))
     ap.add_argument("--size", default="t")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
@@ -129,7 +160,7 @@ def main():
     ap.add_argument("--workers", type=int, default=8)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    row = measure(a.data, a.out, a.size, a.batch, a.dtype, a.graph, a.imgsz, a.warmup, a.steps, a.device, a.workers)
+    row = measure(a.data, a.out, a.size, a.batch, a.dtype, a.graph, a.imgsz, a.warmup, a.steps, a.device, a.workers, a.family)
     line = json.dumps(row)
     print(line, flush=True)
     with open(os.path.join(a.out, f"libreyolo_{a.size}_b{a.batch}_{a.dtype}_{row['mode']}_isolated.json"), "w") as f:

@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Issue #7's acceptance run: YOLOv9-t trained from scratch by LibreYOLO 1.6 and by
-libreyolo-run with the same schedule, on the same machine, in the same run; prints the mAP of
-both at every validation and writes a JSON under OUT.
+"""Trained accuracy side by side: a network (`--family yolo9|yolox`, `--size t`; YOLOv9-t by
+default) trained from scratch by LibreYOLO 1.6 and by libreyolo-run with the same schedule, on
+the same machine, in the same run; prints the mAP of both at every validation and writes a JSON
+under OUT.
 
     python3 bench/train_compare.py BIN DATA_YAML OUT [--epochs 100] [--batch 16] [--imgsz 640]
-        [--dtype bf16] [--workers 8] [--seed 0] [--limit 540] [--device cuda] [--sequential]
+        [--dtype bf16] [--workers 8] [--seed 0] [--family yolo9|yolox] [--size t] [--no-aug-epochs N] [--limit 540] [--device cuda] [--sequential]
         [--engines both|ours|libreyolo] [--init-from-libreyolo] [--no-cross-val]
         [-- extra key=value settings for libreyolo-run]
 
-Both engines keep their defaults for everything the issue does not name (LibreYOLO 1.6's YOLOv9
+Both engines keep their family's defaults for everything not set here (LibreYOLO 1.6's YOLOv9
 schedule: SGD, warm-up 3 epochs, linear schedule, no_aug_epochs 15, EMA, validation every 10
-epochs and after the last). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
+epochs and after the last; YOLOX's yoloxwarmcos, 5 warm-up epochs), except where this engine
+lacks a part of LibreYOLO's recipe: that part is off on LibreYOLO's side too (SAME_RECIPE in
+bench/libreyolo_isolated.py: YOLOX's MixUp). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
 step captured): graphs change speed, not arithmetic. By default the two trainings run at the
 same time on the one GPU, so both fit one remote run; their wall times are then shared-GPU
 times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
@@ -38,27 +41,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from compare import precision_args  # noqa: E402 (the manifest's precision of a --dtype)
+from libreyolo_isolated import LIBREYOLO_CLASS, SAME_RECIPE, epoch_rows  # noqa: E402 (LibreYOLO's class, same-work recipe, epoch rows)
 
 LIBREYOLO_TRAIN = r"""
-import json, sys, time, torch
-from libreyolo import LibreYOLO9
+import json, sys, time, torch, libreyolo
 args = json.loads(sys.argv[1])
 torch.manual_seed(args["seed"])
-model = LibreYOLO9(None, size="t", nb_classes=args["nc"], device=args["device"])
+model = getattr(libreyolo, args["cls"])(None, size=args["size"], nb_classes=args["nc"], device=args["device"])
 t0 = time.time()
 result = model.train(data=args["data"], epochs=args["epochs"], batch=args["batch"], imgsz=args["imgsz"],
                      device=args["device"], workers=args["workers"], seed=args["seed"], project=args["project"], name="libreyolo",
-                     exist_ok=True, amp=args["amp"], amp_dtype=args["amp_dtype"], cuda_graph=args["graph"], cache="ram")
+                     exist_ok=True, amp=args["amp"], amp_dtype=args["amp_dtype"], cuda_graph=args["graph"], cache="ram",
+                     **args["recipe"])
 print("LIBREYOLO_RESULT " + json.dumps({"wall_s": time.time() - t0, "result": result}, default=str), flush=True)
 """
 
 
 LIBREYOLO_INIT = r"""
-import sys, torch
-from libreyolo import LibreYOLO9
+import sys, torch, libreyolo
 torch.manual_seed(int(sys.argv[1]))  # as LIBREYOLO_TRAIN: the seed, then the network
-model = LibreYOLO9(None, size="t", nb_classes=int(sys.argv[3]), device="cpu")
-model.model.enable_aux(weight=0.25)  # train() attaches the PGI branch next, from the same generator
+model = getattr(libreyolo, sys.argv[4])(None, size=sys.argv[5], nb_classes=int(sys.argv[3]), device="cpu")
+if hasattr(model.model, "enable_aux"):
+    model.model.enable_aux(weight=0.25)  # YOLOv9: train() attaches the PGI branch next, from the same generator
 torch.save({"model": model.model.state_dict()}, sys.argv[2])
 """
 
@@ -66,10 +70,9 @@ torch.save({"model": model.model.state_dict()}, sys.argv[2])
 # network built as for training, the state dict loaded (the PGI branch may be absent), then
 # LibreYOLO's `val` with autocast in `dtype` (`half`), as its in-training validation runs.
 LIBREYOLO_VAL = r"""
-import json, sys, torch
-from libreyolo import LibreYOLO9
+import json, sys, torch, libreyolo
 a = json.loads(sys.argv[1])
-model = LibreYOLO9(None, size="t", nb_classes=a["nc"], device=a["device"])
+model = getattr(libreyolo, a["cls"])(None, size=a["size"], nb_classes=a["nc"], device=a["device"])
 if a["weights"].endswith(".safetensors"):
     from safetensors.torch import load_file
     state = load_file(a["weights"])
@@ -87,7 +90,7 @@ missing, unexpected = model.model.load_state_dict(state, strict=False)
 missing = [k for k in missing if not k.startswith("aux")]
 unexpected = [k for k in unexpected if not k.startswith("aux")]
 if missing or unexpected:
-    sys.exit(f"weights do not match LibreYOLO's YOLOv9-t: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    sys.exit(f"weights do not match LibreYOLO's {a['cls']} {a['size']}: missing {missing[:5]}, unexpected {unexpected[:5]}")
 half = a["dtype"] != "f32"
 m = model.val(data=a["data"], batch=a["batch"], imgsz=a["imgsz"], device=a["device"], workers=a["workers"],
               half=half, amp_dtype={"bf16": "bfloat16"}.get(a["dtype"], "float16"), verbose=False,
@@ -110,44 +113,44 @@ def libreyolo_command(args, out):
     settings = dict(data=args.data, nc=dataset_nc(args.data), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
                     workers=args.workers, seed=args.seed, project=out, amp=amp,
                     amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
-                    graph=args.device != "cpu")
+                    graph=args.device != "cpu", cls=LIBREYOLO_CLASS[args.family], size=args.size, recipe={**SAME_RECIPE.get(args.family, {}), **({"no_aug_epochs": args.no_aug_epochs} if args.no_aug_epochs is not None else {})})
     return [sys.executable, "-c", LIBREYOLO_TRAIN, json.dumps(settings)]
 
 
 def ours_command(args, out):
     device = "cpu" if args.device == "cpu" else "0"
-    cmd = [args.bin, "train", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
+    cmd = [args.bin, "train", os.path.join(ROOT, f"manifests/{args.family}{args.size}.toml"), f"data={args.data}", f"device={device}",
            f"batch={args.batch}", f"imgsz={args.imgsz}", f"epochs={args.epochs}", f"workers={args.workers}",
            "cache=ram", f"seed={args.seed}", f"project={out}", "name=ours", "exist_ok=true"] + precision_args(args.dtype)
     if args.device != "cpu":
         cmd += ["cuda_graph=true"]  # the manifest marks the whole step; this turns capture on
     if args.init_from_libreyolo:
         cmd += [f"weights={libreyolo_init(args, out)}"]
+    if args.no_aug_epochs is not None:
+        cmd += [f"no_aug_epochs={args.no_aug_epochs}"]
     return cmd + args.extra
 
 
 def libreyolo_init(args, out):
-    """LibreYOLO's initial YOLOv9-t of `args.seed`, saved as a checkpoint our trainer loads."""
+    """LibreYOLO's initial network (family, size) of `args.seed`, saved as a checkpoint our trainer loads."""
     path = os.path.join(out, f"init-seed{args.seed}.pt")
-    subprocess.run([sys.executable, "-c", LIBREYOLO_INIT, str(args.seed), path, str(dataset_nc(args.data))], check=True)
+    subprocess.run([sys.executable, "-c", LIBREYOLO_INIT, str(args.seed), path, str(dataset_nc(args.data)), LIBREYOLO_CLASS[args.family], args.size],
+                   check=True)
     return path
 
 
 def validations(results_csv, first_epoch):
     """(epoch counted from 1, mAP50-95, mAP50) of every validated epoch of a results.csv (either
     engine's; LibreYOLO numbers epochs from 1, libreyolo-run from 0, as `first_epoch` says)."""
-    if not os.path.exists(results_csv):
-        return []
     rows = []
-    with open(results_csv) as f:
-        for row in csv.DictReader(f):
-            row = {k.strip(): (v or "").strip() for k, v in row.items() if k}
-            m5095 = next((row[k] for k in row if k.endswith("mAP50-95") and "(B)" not in k), "")
-            m50 = next((row[k] for k in row if k.endswith("mAP50") and "(B)" not in k), "")
-            try:
-                rows.append((int(float(row.get("epoch", "nan"))) + 1 - first_epoch, float(m5095), float(m50) if m50 else None))
-            except ValueError:
-                continue  # an epoch without validation
+    for row in epoch_rows(results_csv):
+        row = {k.strip(): ("" if v is None else str(v)).strip() for k, v in row.items() if k}
+        m5095 = next((row[k] for k in row if k.endswith("mAP50-95") and "(B)" not in k), "")
+        m50 = next((row[k] for k in row if k.endswith("mAP50") and "(B)" not in k), "")
+        try:
+            rows.append((int(float(row.get("epoch", "nan"))) + 1 - first_epoch, float(m5095), float(m50) if m50 else None))
+        except ValueError:
+            continue  # an epoch without validation
     return rows
 
 
@@ -162,6 +165,9 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--seed", type=int, default=0, help="both engines' seed (initialisation, augmentation)")
+    p.add_argument("--family", default="yolo9", choices=sorted(LIBREYOLO_CLASS), help="the family both engines train")
+    p.add_argument("--size", default="t")
+    p.add_argument("--no-aug-epochs", type=int, help="both engines' epochs without mosaic at the end (default: the family's, 15)")
     p.add_argument("--limit", type=int, default=540, help="seconds before both trainings are stopped")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--sequential", action="store_true", help="run LibreYOLO first, then ours")
@@ -219,9 +225,9 @@ def main():
                     walls[engine] = time.time() - procs[engine][1]
         time.sleep(1)
 
-    report = {"date": datetime.date.today().isoformat(), "issue": 7, "epochs": args.epochs, "batch": args.batch,
+    report = {"date": datetime.date.today().isoformat(), "model": f"{args.family}{args.size}", "epochs": args.epochs, "batch": args.batch,
               "imgsz": args.imgsz, "dtype": args.dtype, "seed": args.seed, "concurrent": not args.sequential, "engines": {}}
-    print(f"\nYOLOv9-t from scratch, {args.epochs} epochs, batch {args.batch}, {args.imgsz} px, {args.dtype}, "
+    print(f"\n{args.family}-{args.size} from scratch, {args.epochs} epochs, batch {args.batch}, {args.imgsz} px, {args.dtype}, "
           f"{'one after the other' if args.sequential else 'both at once on one GPU'}\n")
     print("| engine | exit | wall s | validated epochs | final mAP50-95 | final mAP50 | best mAP50-95 |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -273,7 +279,7 @@ def cross_validate(args, out, runs):
 
 def ours_val(args, out, path, dtype, device, tag):
     json_path = os.path.join(out, f"val-{tag}.json")
-    cmd = [args.bin, "val", os.path.join(ROOT, "manifests/yolo9t.toml"), f"data={args.data}", f"device={device}",
+    cmd = [args.bin, "val", os.path.join(ROOT, f"manifests/{args.family}{args.size}.toml"), f"data={args.data}", f"device={device}",
            f"batch={args.batch}", f"imgsz={args.imgsz}", f"workers={args.workers}", "cache=ram", f"weights={path}",
            f"json={json_path}"] + precision_args(dtype)
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -284,7 +290,7 @@ def ours_val(args, out, path, dtype, device, tag):
 
 
 def libreyolo_val(args, out, path, dtype, device, tag):
-    settings = dict(weights=path, data=args.data, nc=dataset_nc(args.data), batch=args.batch, imgsz=args.imgsz, workers=args.workers, dtype=dtype,
+    settings = dict(weights=path, cls=LIBREYOLO_CLASS[args.family], size=args.size, data=args.data, nc=dataset_nc(args.data), batch=args.batch, imgsz=args.imgsz, workers=args.workers, dtype=dtype,
                     device="cpu" if device == "cpu" else "cuda", project=os.path.join(out, f"libreyolo-val-{tag}"))
     done = subprocess.run([sys.executable, "-c", LIBREYOLO_VAL, json.dumps(settings)], capture_output=True, text=True)
     line = next((l for l in done.stdout.splitlines() if l.startswith("LIBREYOLO_VAL ")), None)
