@@ -59,7 +59,7 @@ def libreyolo_profiled(args, size, batch, dtype, graph, out):
     name = f"libreyolo_{args.family}{size}_b{batch}_{dtype}_{'graph' if graph else 'eager'}"
     model = iso.libreyolo_model(size, args.device, args.family)
     t0 = time.time()
-    iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, args.family,
+    iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph,
                         epochs=args.warmup + args.steps + 5, profile=True, profile_warmup=args.warmup, profile_steps=args.steps,
                         profile_then_stop=True, profile_open=False)
     wall = time.time() - t0
@@ -180,7 +180,7 @@ def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
     if engine == "LibreYOLO 1.6":
         name = f"libreyolo_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
         model = iso.libreyolo_model(size, args.device, args.family)
-        iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, args.family, epochs=epochs)
+        iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, epochs=epochs)
         column = "time"
     else:
         name = f"ours_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"

@@ -48,11 +48,6 @@ class RepeatFirstBatch:
 # The families both engines train: LibreYOLO's class of each.
 LIBREYOLO_CLASS = {"yolo9": "LibreYOLO9", "yolox": "LibreYOLOX"}
 
-# LibreYOLO's recipe where this engine does not have a part of it yet, set on LibreYOLO's side so
-# that both engines do the same work: YOLOX's MixUp (LibreYOLO's default mixup_prob is 1.0).
-SAME_RECIPE = {"yolox": {"mixup_prob": 0.0}}
-
-
 def epoch_rows(results_csv):
     """An engine's per-epoch rows as dicts: its results.csv, or, where LibreYOLO writes only its
     metrics log (YOLOX), the metrics.jsonl beside it (validation figures nested under
@@ -80,15 +75,13 @@ def libreyolo_model(size, device, family="yolo9"):
     return getattr(libreyolo, LIBREYOLO_CLASS[family])(None, size=size, nb_classes=80, device=device)
 
 
-def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, family="yolo9", **extra):
+def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, **extra):
     """`model.train(...)` with the settings every harness run shares: seed 0, RAM cache, no
     validation, mosaic throughout, AMP in `dtype` on a GPU (f32 on the CPU, as LibreYOLO runs
-    it), `cuda_graph=graph`, the family's SAME_RECIPE; `extra` adds or overrides keyword
-    arguments (epochs, profiler)."""
+    it), `cuda_graph=graph`; `extra` adds or overrides keyword arguments (epochs, profiler)."""
     kwargs = dict(data=data, epochs=1, batch=batch, imgsz=imgsz, device=device, workers=workers, seed=0, project=out, name=name,
                   exist_ok=True, val=False, no_aug_epochs=0, amp=dtype != "f32" and device != "cpu",
                   amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(dtype, "float16"), cuda_graph=graph, cache="ram")
-    kwargs.update(SAME_RECIPE.get(family, {}))
     kwargs.update(extra)
     model.train(**kwargs)
 
@@ -121,7 +114,7 @@ def measure(data, out, size="t", batch=8, dtype="bf16", graph=False, imgsz=640, 
         model = libreyolo_model(size, device, family)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, family)
+        libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph)
     finally:
         base._train_epoch, base._apply_scheduler = orig_epoch, orig_sched
     if len(stamps) < total:

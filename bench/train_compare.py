@@ -11,9 +11,7 @@ under OUT.
 
 Both engines keep their family's defaults for everything not set here (LibreYOLO 1.6's YOLOv9
 schedule: SGD, warm-up 3 epochs, linear schedule, no_aug_epochs 15, EMA, validation every 10
-epochs and after the last; YOLOX's yoloxwarmcos, 5 warm-up epochs), except where this engine
-lacks a part of LibreYOLO's recipe: that part is off on LibreYOLO's side too (SAME_RECIPE in
-bench/libreyolo_isolated.py: YOLOX's MixUp). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
+epochs and after the last; YOLOX's yoloxwarmcos, 5 warm-up epochs, MixUp). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
 step captured): graphs change speed, not arithmetic. By default the two trainings run at the
 same time on the one GPU, so both fit one remote run; their wall times are then shared-GPU
 times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
@@ -41,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from compare import precision_args  # noqa: E402 (the manifest's precision of a --dtype)
-from libreyolo_isolated import LIBREYOLO_CLASS, SAME_RECIPE, epoch_rows  # noqa: E402 (LibreYOLO's class, same-work recipe, epoch rows)
+from libreyolo_isolated import LIBREYOLO_CLASS, epoch_rows  # noqa: E402 (LibreYOLO's class per family, its epoch rows)
 
 LIBREYOLO_TRAIN = r"""
 import json, sys, time, torch, libreyolo
@@ -113,7 +111,7 @@ def libreyolo_command(args, out):
     settings = dict(data=args.data, nc=dataset_nc(args.data), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
                     workers=args.workers, seed=args.seed, project=out, amp=amp,
                     amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
-                    graph=args.device != "cpu", cls=LIBREYOLO_CLASS[args.family], size=args.size, recipe={**SAME_RECIPE.get(args.family, {}), **({"no_aug_epochs": args.no_aug_epochs} if args.no_aug_epochs is not None else {})})
+                    graph=args.device != "cpu", cls=LIBREYOLO_CLASS[args.family], size=args.size, recipe={"no_aug_epochs": args.no_aug_epochs} if args.no_aug_epochs is not None else {})
     return [sys.executable, "-c", LIBREYOLO_TRAIN, json.dumps(settings)]
 
 

@@ -13,7 +13,18 @@ fn coco128() -> PathBuf {
 }
 
 fn augment() -> Augment {
-    Augment { mosaic_prob: 1.0, degrees: 0.0, translate: 0.1, scale: [0.5, 1.5], shear: 0.0, hsv_prob: 1.0, flip_prob: 0.5, flipud: 0.0 }
+    Augment {
+        mosaic_prob: 1.0,
+        mixup_prob: 0.0,
+        mixup_scale: [0.5, 1.5],
+        degrees: 0.0,
+        translate: 0.1,
+        scale: [0.5, 1.5],
+        shear: 0.0,
+        hsv_prob: 1.0,
+        flip_prob: 0.5,
+        flipud: 0.0,
+    }
 }
 
 fn loader(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32) -> Loader {

@@ -133,8 +133,10 @@ fn out_of_range_values_are_explained() {
     assert!(out.contains("use 608 or 640"), "{out}");
     let out = error(&shipped_manifest(), &["mosaic=1.5"]);
     assert!(out.contains("`augment.mosaic_prob` must be between 0 and 1"), "{out}");
-    let out = error(&shipped_manifest(), &["mixup=0.5"]);
-    assert!(out.contains("`augment.mixup_prob` = 0.5: MixUp is not implemented in libreyolo-run yet"), "{out}");
+    let out = error(&shipped_manifest(), &["mixup=1.5"]);
+    assert!(out.contains("`augment.mixup_prob` must be between 0 and 1"), "{out}");
+    let out = error(&shipped_manifest(), &["perspective=0.001"]);
+    assert!(out.contains("`augment.perspective` = 0.001: perspective warping is not implemented in libreyolo-run yet"), "{out}");
     let out = error(&shipped_manifest(), &["batch=0"]);
     assert!(out.contains("-1 for AutoBatch"), "{out}");
     let out = error(&shipped_manifest(), &["family=yolo8"]);

@@ -60,6 +60,8 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
     let a = &loaded.manifest.augment;
     Augment {
         mosaic_prob: a.mosaic_prob,
+        mixup_prob: a.mixup_prob,
+        mixup_scale: a.mixup_scale,
         degrees: a.degrees,
         translate: a.translate,
         scale: a.mosaic_scale,

@@ -88,9 +88,9 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
             return bad(key, format!("`{key}` must not be negative; got {value}"), "must be >= 0".into());
         }
     }
-    // Accepted for LibreYOLO compatibility at their YOLOv9 defaults (0); not implemented, so a
-    // non-zero value is an error rather than a setting that silently does nothing.
-    for (key, value, what) in [("augment.mixup_prob", m.augment.mixup_prob, "MixUp"), ("augment.perspective", m.augment.perspective, "perspective warping")] {
+    // Accepted for LibreYOLO compatibility at its defaults (0); not implemented, so a non-zero
+    // value is an error rather than a setting that silently does nothing.
+    for (key, value, what) in [("augment.perspective", m.augment.perspective, "perspective warping")] {
         if value != 0.0 {
             return Err(source
                 .error_at(&KeyPath::dotted(key), Part::Value, format!("`{key}` = {value}: {what} is not implemented in libreyolo-run yet"))

@@ -2,7 +2,8 @@
 //! `YOLO9TrainTransform`):
 //!
 //! 1. with `mosaic_prob`, a mosaic of the image and three partners (preferring annotated
-//!    ones), warped by a random affine to (H, W); boxes of 2 px or less dropped;
+//!    ones), warped by a random affine to (H, W); boxes of 2 px or less dropped; then, with
+//!    `mixup_prob` and boxes left, YOLOX's MixUp with an annotated partner;
 //!    otherwise the pre-resized image;
 //! 2. HSV jitter, horizontal and vertical flips, letterbox to (H, W);
 //! 3. boxes of 1 px or less dropped; if none is left, the un-augmented image is used instead;
@@ -11,13 +12,16 @@
 use image::RgbImage;
 use rand::Rng;
 
-use super::augment::{Boxes, affine, flip, hsv, letterbox, mosaic};
+use super::augment::{Boxes, affine, flip, hsv, letterbox, mixup, mosaic};
 use super::dataset::Dataset;
 
 /// Augmentation settings (the manifest's `[augment]`).
 #[derive(Debug, Clone, Copy)]
 pub struct Augment {
     pub mosaic_prob: f64,
+    /// MixUp after a mosaic (YOLOX: 1.0; YOLOv9: 0).
+    pub mixup_prob: f64,
+    pub mixup_scale: [f64; 2],
     pub degrees: f64,
     pub translate: f64,
     pub scale: [f64; 2],
@@ -30,7 +34,7 @@ pub struct Augment {
 impl Augment {
     /// The same settings with mosaic closed (the last `no_aug_epochs`).
     pub fn without_mosaic(self) -> Self {
-        Self { mosaic_prob: 0.0, ..self }
+        Self { mosaic_prob: 0.0, mixup_prob: 0.0, ..self }
     }
 }
 
@@ -43,16 +47,21 @@ pub struct Sample {
     pub index: usize,
 }
 
-/// Up to 20 draws for a partner with labels; the last draw otherwise.
-fn partner(ds: &Dataset, rng: &mut impl Rng) -> usize {
+/// Up to 20 draws for a partner with labels: `Ok` the first with labels, `Err` the last draw.
+fn labelled(ds: &Dataset, rng: &mut impl Rng) -> Result<usize, usize> {
     let mut index = 0;
     for _ in 0..20 {
         index = rng.random_range(0..ds.len());
         if ds.has_labels(index) {
-            break;
+            return Ok(index);
         }
     }
-    index
+    Err(index)
+}
+
+/// A mosaic partner: with labels if 20 draws find one, the last draw otherwise.
+fn partner(ds: &Dataset, rng: &mut impl Rng) -> usize {
+    labelled(ds, rng).unwrap_or_else(|last| last)
 }
 
 pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): (u32, u32), rng: &mut impl Rng) -> Sample {
@@ -65,6 +74,14 @@ pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): 
         let mut boxes = boxes;
         let image = affine::warp(&canvas, &mut boxes, m, width, height);
         boxes.keep_larger_than(2.0);
+        let mut image = image;
+        // MixUp only with boxes to mix and a partner that has some (else skipped, as LibreYOLO).
+        if aug.mixup_prob > 0.0 && !boxes.is_empty() && rng.random::<f64>() < aug.mixup_prob {
+            if let Ok(other) = labelled(ds, rng) {
+                let (img, other_boxes) = ds.load(other);
+                mixup::blend(&mut image, &mut boxes, (&img, other_boxes), aug.mixup_scale, rng);
+            }
+        }
         (image, boxes)
     } else {
         let (img, boxes) = ds.load(index);
@@ -124,7 +141,18 @@ mod tests {
     use rand::SeedableRng;
 
     fn augment() -> Augment {
-        Augment { mosaic_prob: 0.0, degrees: 0.0, translate: 0.0, scale: [1.0, 1.0], shear: 0.0, hsv_prob: 1.0, flip_prob: 1.0, flipud: 0.0 }
+        Augment {
+            mosaic_prob: 0.0,
+            mixup_prob: 0.0,
+            mixup_scale: [0.5, 1.5],
+            degrees: 0.0,
+            translate: 0.0,
+            scale: [1.0, 1.0],
+            shear: 0.0,
+            hsv_prob: 1.0,
+            flip_prob: 1.0,
+            flipud: 0.0,
+        }
     }
 
     fn picture(w: u32, h: u32) -> RgbImage {

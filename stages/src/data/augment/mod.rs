@@ -1,9 +1,10 @@
-//! Augmentations of LibreYOLO's YOLOv9 pipeline, each on an RGB image and pixel xyxy boxes.
+//! Augmentations of LibreYOLO's YOLOv9 and YOLOX pipelines, each on an RGB image and pixel xyxy boxes.
 
 pub mod affine;
 pub mod flip;
 pub mod hsv;
 pub mod letterbox;
+pub mod mixup;
 pub mod mosaic;
 
 /// Boxes in pixels, `[x1, y1, x2, y2]`, with their classes.
