@@ -76,11 +76,13 @@ pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): 
         boxes.keep_larger_than(2.0);
         let mut image = image;
         // MixUp only with boxes to mix and a partner that has some (else skipped, as LibreYOLO).
-        if aug.mixup_prob > 0.0 && !boxes.is_empty() && rng.random::<f64>() < aug.mixup_prob {
-            if let Ok(other) = labelled(ds, rng) {
-                let (img, other_boxes) = ds.load(other);
-                mixup::blend(&mut image, &mut boxes, (&img, other_boxes), aug.mixup_scale, rng);
-            }
+        if aug.mixup_prob > 0.0
+            && !boxes.is_empty()
+            && rng.random::<f64>() < aug.mixup_prob
+            && let Ok(other) = labelled(ds, rng)
+        {
+            let (img, other_boxes) = ds.load(other);
+            mixup::blend(&mut image, &mut boxes, (&img, other_boxes), aug.mixup_scale, rng);
         }
         (image, boxes)
     } else {

@@ -40,9 +40,9 @@ pub fn blend(image: &mut RgbImage, boxes: &mut Boxes, partner: (&RgbImage, Boxes
             let (sx, sy) = (x + x_off, y + y_off);
             let other = if sx < ow && sy < oh { canvas.get_pixel(sx, sy).0 } else { [0; 3] };
             let p = image.get_pixel_mut(x, y);
-            for c in 0..3 {
+            for (v, o) in p.0.iter_mut().zip(other) {
                 // `(0.5 * a + 0.5 * b).astype(uint8)` truncates.
-                p.0[c] = (0.5 * p.0[c] as f32 + 0.5 * other[c] as f32) as u8;
+                *v = (0.5 * *v as f32 + 0.5 * o as f32) as u8;
             }
         }
     }
