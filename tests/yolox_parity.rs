@@ -57,6 +57,36 @@ fn shipped_manifests_build_libreyolo_yolox() {
     }
 }
 
+/// LibreYOLO's trainer checkpoint (`.pt`, the network under `model`) of the narrow weights loads
+/// every tensor, bit for bit the safetensors file's, and the network computes LibreYOLO's maps.
+#[test]
+fn a_libreyolo_yolox_checkpoint_loads_like_its_safetensors() {
+    let (network, mut from_pt) = build("narrow", 3);
+    // Not partial: a missing, unexpected or mis-shaped key is an error.
+    let report = libreyolo_families::weights::load_pytorch(&mut from_pt, &fixtures().join("yolox_narrow.pt"), false).unwrap();
+    assert_eq!(report.loaded, from_pt.entries().len());
+    let (_, mut from_st) = build("narrow", 3);
+    libreyolo_families::weights::load_safetensors(&mut from_st, &fixtures().join("yolox_narrow.safetensors"), false).unwrap();
+    let values = |v: &Value| match v {
+        Value::Float(AnyTensor::R1(t)) => read(t).1,
+        Value::Float(AnyTensor::R2(t)) => read(t).1,
+        Value::Float(AnyTensor::R3(t)) => read(t).1,
+        Value::Float(AnyTensor::R4(t)) => read(t).1,
+        Value::Count(n) => vec![*n as f32],
+    };
+    for (a, b) in from_pt.entries().iter().zip(from_st.entries()) {
+        assert_eq!(a.name, b.name);
+        assert!(values(&a.value) == values(&b.value), "{}: the .pt and the safetensors differ", a.name);
+    }
+    let io = Fixture::open(&fixtures().join("yolox_narrow_io.safetensors")).unwrap();
+    let pixels = io.get("images_u8");
+    let d = &pixels.shape;
+    let images = Tensor::<4>::from_data(TensorData::new(pixels.to_f32(), [d[0], d[1], d[2], d[3]]), &Device::flex());
+    let maps = network.forward(images, &Ctx::eval(&from_pt), false).main;
+    let err = rel_err(&maps[0], &io.get("eval_p3").to_f32());
+    assert!(err < 1e-4, "eval P3 from the .pt weights: {err:.2e}");
+}
+
 /// Largest |ours - expected| over the largest |expected|.
 fn rel_err<const D: usize>(ours: &Tensor<D>, expected: &[f32]) -> f64 {
     let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
