@@ -102,6 +102,22 @@ pub struct SettingsError {
     pub help: Option<String>,
 }
 
+impl SettingsError {
+    /// `table` as the settings `T` of kind `kind`, whose keys are `keys`: an unknown key is
+    /// named with the kind's keys as help, any other error at its key path.
+    pub fn parse<T: serde::de::DeserializeOwned>(table: &toml::Table, kind: &str, keys: &[&str]) -> Result<T, SettingsError> {
+        serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+            let message = e.inner().message().to_string();
+            let mut key = e.path().to_string();
+            if let Some(field) = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next()) {
+                key = field.to_string();
+            }
+            let help = message.contains("unknown field").then(|| format!("`{kind}` takes: {}", keys.join(", ")));
+            SettingsError { key: if key == "." { String::new() } else { key }, message, help }
+        })
+    }
+}
+
 /// A stage kind: what a manifest's `kind = "..."` names.
 pub struct Kind {
     pub name: &'static str,

@@ -33,15 +33,7 @@ pub static KIND: Kind = Kind {
 
 /// The `[loss]` section, parsed; an error names the key.
 fn settings(table: &toml::Table) -> Result<Yolo9Settings, SettingsError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-        let message = e.inner().message().to_string();
-        let mut key = e.path().to_string();
-        if let Some(field) = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next()) {
-            key = field.to_string();
-        }
-        let help = message.contains("unknown field").then(|| format!("`loss.yolo9` takes: {}", FIELDS.join(", ")));
-        SettingsError { key: if key == "." { String::new() } else { key }, message, help }
-    })
+    SettingsError::parse(table, "loss.yolo9", FIELDS)
 }
 
 const FIELDS: &[&str] = &["box_gain", "dfl_gain", "cls_gain", "topk", "alpha", "beta"];

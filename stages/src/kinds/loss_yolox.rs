@@ -38,15 +38,7 @@ const FIELDS: &[&str] = &["iou_gain", "center_radius", "candidates"];
 
 /// The `[loss]` section, parsed; an error names the key.
 fn settings(table: &toml::Table) -> Result<YoloxSettings, SettingsError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-        let message = e.inner().message().to_string();
-        let mut key = e.path().to_string();
-        if let Some(field) = message.strip_prefix("unknown field `").and_then(|m| m.split('`').next()) {
-            key = field.to_string();
-        }
-        let help = message.contains("unknown field").then(|| format!("`loss.yolox` takes: {}", FIELDS.join(", ")));
-        SettingsError { key: if key == "." { String::new() } else { key }, message, help }
-    })
+    SettingsError::parse(table, "loss.yolox", FIELDS)
 }
 
 pub struct LossYolox {
