@@ -3,24 +3,29 @@
 //!
 //! 1. with `mosaic_prob`, a mosaic of the image and three partners (preferring annotated
 //!    ones), warped by a random affine to (H, W); boxes of 2 px or less dropped; then, with
-//!    `mixup_prob` and boxes left, YOLOX's MixUp with an annotated partner;
-//!    otherwise the pre-resized image;
+//!    `mixup_prob` and boxes left, YOLOX's MixUp with an annotated partner (`mixup_style =
+//!    "yolox"`); otherwise the pre-resized image;
 //! 2. HSV jitter, horizontal and vertical flips, letterbox to (H, W);
 //! 3. boxes of 1 px or less dropped; if none is left, the un-augmented image is used instead;
-//! 4. targets `[cls, x1, y1, x2, y2]` normalised to [0, 1].
+//! 4. after a mosaic, with `mixup_prob` and boxes left, YOLOv9's MixUp with a partner sample made
+//!    by steps 2-3 (`mixup_style = "yolo9"`);
+//! 5. targets `[cls, x1, y1, x2, y2]` normalised to [0, 1].
 
 use image::RgbImage;
 use rand::Rng;
 
-use super::augment::{Boxes, affine, flip, hsv, letterbox, mixup, mosaic};
+use super::augment::mixup::{self, MixupStyle};
+use super::augment::{Boxes, affine, flip, hsv, letterbox, mosaic};
 use super::dataset::Dataset;
 
 /// Augmentation settings (the manifest's `[augment]`).
 #[derive(Debug, Clone, Copy)]
 pub struct Augment {
     pub mosaic_prob: f64,
-    /// MixUp after a mosaic (YOLOX: 1.0; YOLOv9: 0).
+    /// MixUp after a mosaic (YOLOX: 1.0; YOLOv9: 0), of `mixup_style`.
     pub mixup_prob: f64,
+    pub mixup_style: mixup::MixupStyle,
+    /// YOLOX's jitter of the partner.
     pub mixup_scale: [f64; 2],
     pub degrees: f64,
     pub translate: f64,
@@ -64,8 +69,22 @@ fn partner(ds: &Dataset, rng: &mut impl Rng) -> usize {
     labelled(ds, rng).unwrap_or_else(|last| last)
 }
 
-pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): (u32, u32), rng: &mut impl Rng) -> Sample {
-    let (image, boxes) = if aug.mosaic_prob > 0.0 && rng.random::<f64>() < aug.mosaic_prob {
+pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, size: (u32, u32), rng: &mut impl Rng) -> Sample {
+    let mosaic = aug.mosaic_prob > 0.0 && rng.random::<f64>() < aug.mosaic_prob;
+    let mut sample = augmented(ds, index, mosaic, aug, size, rng);
+    if mosaic && aug.mixup_style == MixupStyle::Yolo9 && aug.mixup_prob > 0.0 && !sample.targets.is_empty() && rng.random::<f64>() < aug.mixup_prob {
+        let other = partner(ds, rng);
+        let second = augmented(ds, other, false, aug, size, rng);
+        mixup::blend_finished(&mut sample.image, &second.image, rng);
+        sample.targets.extend(second.targets);
+    }
+    sample
+}
+
+/// Steps 1-3 and 5 of the pipeline: a mosaic (with YOLOX's MixUp) or the image, then HSV,
+/// flips and letterbox.
+fn augmented(ds: &Dataset, index: usize, mosaic: bool, aug: &Augment, (height, width): (u32, u32), rng: &mut impl Rng) -> Sample {
+    let (image, boxes) = if mosaic {
         let indices = [index, partner(ds, rng), partner(ds, rng), partner(ds, rng)];
         let tiles = indices.map(|i| ds.load(i));
         let (canvas, boxes) = mosaic::build(tiles, height, width, rng);
@@ -76,7 +95,8 @@ pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, (height, width): 
         boxes.keep_larger_than(2.0);
         let mut image = image;
         // MixUp only with boxes to mix and a partner that has some (else skipped, as LibreYOLO).
-        if aug.mixup_prob > 0.0
+        if aug.mixup_style == MixupStyle::Yolox
+            && aug.mixup_prob > 0.0
             && !boxes.is_empty()
             && rng.random::<f64>() < aug.mixup_prob
             && let Ok(other) = labelled(ds, rng)
@@ -146,6 +166,7 @@ mod tests {
         Augment {
             mosaic_prob: 0.0,
             mixup_prob: 0.0,
+            mixup_style: MixupStyle::Yolo9,
             mixup_scale: [0.5, 1.5],
             degrees: 0.0,
             translate: 0.0,

@@ -1,9 +1,16 @@
-//! MixUp as YOLOX runs it after a mosaic (LibreYOLO's `MosaicMixupDataset._mixup`): a partner
+//! MixUp, as each family runs it in LibreYOLO 1.6 ([`MixupStyle`]).
+//!
+//! YOLOX's ([`blend`], `MosaicMixupDataset._mixup`), after a mosaic's affine warp: a partner
 //! image is letterboxed into an (H, W) canvas of 114 at the top-left, the canvas is scaled by a
 //! jitter `j ~ U(mixup_scale)` and mirrored with probability 1/2, a random (H, W) window of it
 //! (anchored at the top-left corner when the scaled canvas is smaller) is blended 50/50 into
 //! the sample, and the partner's boxes follow (scaled, clipped to the scaled canvas, mirrored,
 //! shifted by the window and clipped to it).
+//!
+//! YOLOv9's ([`blend_finished`], `YOLO9MosaicMixupDataset._mixup`), after a mosaic sample is
+//! finished: a partner sample made without mosaic, blended `r : 1 - r` with `r ~ Beta(32, 32)`,
+//! the two box lists merged. (LibreYOLO blends its float images in [0, 1]; ours are bytes, so a
+//! pixel is rounded to the nearest 1/255.)
 
 use image::RgbImage;
 use rand::Rng;
@@ -12,8 +19,36 @@ use super::Boxes;
 use crate::data::FILL;
 use crate::data::image::{fit, resize};
 
-/// Blends `partner` (an image and its boxes, in its pixels) into `image`, adding its boxes to
-/// `boxes`.
+/// Which MixUp `augment.mixup_prob` applies: the manifest's `augment.mixup_style`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MixupStyle {
+    /// YOLOv9's: two finished samples, `Beta(32, 32)` weights.
+    #[default]
+    Yolo9,
+    /// YOLOX's: a jittered, mirrored partner into the warped mosaic, 50/50.
+    Yolox,
+}
+
+/// `r ~ Beta(32, 32)`: `X / (X + Y)` with `X, Y ~ Gamma(32, 1)`, each exactly a sum of 32 unit
+/// exponentials.
+pub fn beta_32_32(rng: &mut impl Rng) -> f64 {
+    let mut gamma = || (0..32).map(|_| -(1.0 - rng.random::<f64>()).ln()).sum::<f64>();
+    let x = gamma();
+    x / (x + gamma())
+}
+
+/// YOLOv9's MixUp of two finished samples of the same size: `image = r * image + (1 - r) *
+/// partner` (rounded), `r ~ Beta(32, 32)`.
+pub fn blend_finished(image: &mut RgbImage, partner: &RgbImage, rng: &mut impl Rng) {
+    let r = beta_32_32(rng) as f32;
+    for (a, b) in image.as_mut().iter_mut().zip(partner.as_raw()) {
+        *a = (r * *a as f32 + (1.0 - r) * *b as f32).round() as u8;
+    }
+}
+
+/// YOLOX's MixUp: blends `partner` (an image and its boxes, in its pixels) into `image`, adding
+/// its boxes to `boxes`.
 pub fn blend(image: &mut RgbImage, boxes: &mut Boxes, partner: (&RgbImage, Boxes), scale: [f64; 2], rng: &mut impl Rng) {
     let jitter = if scale[0] < scale[1] { rng.random_range(scale[0]..scale[1]) } else { scale[0] };
     let mirror = rng.random::<f64>() > 0.5;
@@ -87,6 +122,16 @@ mod tests {
             assert!((b[2] - b[0] - 10.0).abs() < 1e-4 && (b[3] - b[1] - 20.0).abs() < 1e-4, "seed {seed}: {b:?}");
             assert!(b[0] == 10.0 || b[0] == 44.0, "seed {seed}: mirrored about the 64-px canvas or not: {b:?}");
         }
+    }
+
+    /// `Beta(32, 32)` has mean 1/2 and standard deviation `1 / (2 sqrt(65))` = 0.062.
+    #[test]
+    fn beta_32_32_has_its_mean_and_spread() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let draws: Vec<f64> = (0..20_000).map(|_| beta_32_32(&mut rng)).collect();
+        let mean = draws.iter().sum::<f64>() / draws.len() as f64;
+        let sd = (draws.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / draws.len() as f64).sqrt();
+        assert!((mean - 0.5).abs() < 0.002 && (sd - 0.062).abs() < 0.002, "mean {mean}, sd {sd}");
     }
 
     /// A jitter below 1 leaves the right and bottom of the window outside the scaled canvas:
