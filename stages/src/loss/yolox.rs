@@ -165,3 +165,34 @@ impl YoloxLoss {
         YoloxTerms { total, iou: iou_loss, obj: obj_loss, cls: cls_loss, l1: l1_loss, num_fg, matching }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution, TensorData};
+
+    use super::*;
+
+    /// A batch without a single box (background images, or every label filtered away): no
+    /// foreground, the objectness term alone, everything finite, gradients included.
+    #[test]
+    fn a_batch_without_boxes_has_only_an_objectness_loss() {
+        let device = Device::flex();
+        let maps: Vec<Tensor<4>> = [(8, 8), (4, 4)]
+            .iter()
+            .map(|&(h, w)| Tensor::<4>::random([2, 5 + 3, h, w], Distribution::Normal(0.0, 1.0), &device).autodiff().require_grad())
+            .collect();
+        let mut padding = vec![0f32; 2 * 6 * 5];
+        padding.iter_mut().step_by(5).for_each(|c| *c = -1.0);
+        let targets = Tensor::<3>::from_data(TensorData::new(padding, [2, 6, 5]), &device);
+        let terms = YoloxLoss { nc: 3, settings: YoloxSettings::default() }.compute(&maps, &[8, 16], targets, true, None);
+        let value = |t: &Tensor<1>| t.clone().into_scalar::<f32>();
+        assert_eq!(value(&terms.matching.fg.clone().sum()), 0.0);
+        assert_eq!([value(&terms.iou), value(&terms.cls), value(&terms.l1)], [0.0; 3]);
+        assert!(value(&terms.obj) > 0.0 && value(&terms.total).is_finite());
+        let grads = terms.total.backward();
+        for map in &maps {
+            let g: Vec<f32> = map.grad(&grads).unwrap().into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+            assert!(g.iter().all(|v| v.is_finite()));
+        }
+    }
+}
