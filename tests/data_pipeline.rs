@@ -16,7 +16,7 @@ fn augment() -> Augment {
     Augment {
         mosaic_prob: 1.0,
         mixup_prob: 0.0,
-        mixup_style: Default::default(),
+        pipeline: Default::default(),
         mixup_scale: [0.5, 1.5],
         degrees: 0.0,
         translate: 0.1,

@@ -61,7 +61,7 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
     Augment {
         mosaic_prob: a.mosaic_prob,
         mixup_prob: a.mixup_prob,
-        mixup_style: a.mixup_style,
+        pipeline: a.pipeline,
         mixup_scale: a.mixup_scale,
         degrees: a.degrees,
         translate: a.translate,

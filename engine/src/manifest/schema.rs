@@ -206,8 +206,9 @@ pub struct AugmentSettings {
     pub mosaic_prob: f64,
     #[serde(alias = "mixup")]
     pub mixup_prob: f64,
-    /// Which MixUp: "yolo9" (LibreYOLO's YOLOv9, the default) or "yolox".
-    pub mixup_style: libreyolo_stages::data::augment::mixup::MixupStyle,
+    /// Whose augmentation pipeline: "yolo9" (LibreYOLO's YOLOv9, the default) or "yolox" — its
+    /// MixUp and box filters.
+    pub pipeline: libreyolo_stages::data::sample::Pipeline,
     pub degrees: f64,
     pub translate: f64,
     pub shear: f64,
@@ -227,7 +228,7 @@ impl Default for AugmentSettings {
         Self {
             mosaic_prob: 1.0,
             mixup_prob: 0.0,
-            mixup_style: Default::default(),
+            pipeline: Default::default(),
             degrees: 0.0,
             translate: 0.1,
             shear: 0.0,

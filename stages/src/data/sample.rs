@@ -1,20 +1,21 @@
-//! One training sample as LibreYOLO's YOLOv9 pipeline makes it (`YOLO9MosaicMixupDataset` +
-//! `YOLO9TrainTransform`):
+//! One training sample as LibreYOLO's pipelines make it ([`Pipeline`]: YOLOv9's
+//! `YOLO9MosaicMixupDataset` + `YOLO9TrainTransform`, YOLOX's `MosaicMixupDataset` +
+//! `TrainTransform`):
 //!
 //! 1. with `mosaic_prob`, a mosaic of the image and three partners (preferring annotated
-//!    ones), warped by a random affine to (H, W); boxes of 2 px or less dropped; then, with
-//!    `mixup_prob` and boxes left, YOLOX's MixUp with an annotated partner (`mixup_style =
-//!    "yolox"`); otherwise the pre-resized image;
-//! 2. HSV jitter, horizontal and vertical flips, letterbox to (H, W);
+//!    ones), warped by a random affine to (H, W); YOLOv9 drops boxes of 2 px or less; YOLOX
+//!    then, with `mixup_prob` and boxes left, mixes in an annotated partner;
+//!    otherwise the pre-resized image;
+//! 2. HSV jitter, horizontal and vertical flips (YOLOX: only when there are boxes), letterbox
+//!    to (H, W);
 //! 3. boxes of 1 px or less dropped; if none is left, the un-augmented image is used instead;
-//! 4. after a mosaic, with `mixup_prob` and boxes left, YOLOv9's MixUp with a partner sample made
-//!    by steps 2-3 (`mixup_style = "yolo9"`);
+//! 4. YOLOv9, after a mosaic, with `mixup_prob`: MixUp with a partner sample made by steps 2-3;
 //! 5. targets `[cls, x1, y1, x2, y2]` normalised to [0, 1].
 
 use image::RgbImage;
 use rand::Rng;
 
-use super::augment::mixup::{self, MixupStyle};
+use super::augment::mixup;
 use super::augment::{Boxes, affine, flip, hsv, letterbox, mosaic};
 use super::dataset::Dataset;
 
@@ -22,9 +23,9 @@ use super::dataset::Dataset;
 #[derive(Debug, Clone, Copy)]
 pub struct Augment {
     pub mosaic_prob: f64,
-    /// MixUp after a mosaic (YOLOX: 1.0; YOLOv9: 0), of `mixup_style`.
+    /// MixUp after a mosaic (YOLOX: 1.0; YOLOv9: 0), in the pipeline's form.
     pub mixup_prob: f64,
-    pub mixup_style: mixup::MixupStyle,
+    pub pipeline: Pipeline,
     /// YOLOX's jitter of the partner.
     pub mixup_scale: [f64; 2],
     pub degrees: f64,
@@ -41,6 +42,17 @@ impl Augment {
     pub fn without_mosaic(self) -> Self {
         Self { mosaic_prob: 0.0, mixup_prob: 0.0, ..self }
     }
+}
+
+/// Whose augmentation pipeline (`augment.pipeline`): its MixUp and its box filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pipeline {
+    /// LibreYOLO's YOLOv9: 2 px filter after the mosaic, MixUp of two finished samples.
+    #[default]
+    Yolo9,
+    /// LibreYOLO's YOLOX: MixUp into the warped mosaic; no HSV or flips without boxes.
+    Yolox,
 }
 
 /// A sample at the training size: the image (H, W) and its normalised targets.
@@ -72,7 +84,9 @@ fn partner(ds: &Dataset, rng: &mut impl Rng) -> usize {
 pub fn train_sample(ds: &Dataset, index: usize, aug: &Augment, size: (u32, u32), rng: &mut impl Rng) -> Sample {
     let mosaic = aug.mosaic_prob > 0.0 && rng.random::<f64>() < aug.mosaic_prob;
     let mut sample = augmented(ds, index, mosaic, aug, size, rng);
-    if mosaic && aug.mixup_style == MixupStyle::Yolo9 && aug.mixup_prob > 0.0 && !sample.targets.is_empty() && rng.random::<f64>() < aug.mixup_prob {
+    // LibreYOLO tests its padded label array here, which is never empty: a mosaic without boxes
+    // is mixed too.
+    if mosaic && aug.pipeline == Pipeline::Yolo9 && aug.mixup_prob > 0.0 && rng.random::<f64>() < aug.mixup_prob {
         let other = partner(ds, rng);
         let second = augmented(ds, other, false, aug, size, rng);
         mixup::blend_finished(&mut sample.image, &second.image, rng);
@@ -92,10 +106,12 @@ fn augmented(ds: &Dataset, index: usize, mosaic: bool, aug: &Augment, (height, w
         let m = affine::random_matrix(&params, width, height, rng);
         let mut boxes = boxes;
         let image = affine::warp(&canvas, &mut boxes, m, width, height);
-        boxes.keep_larger_than(2.0);
+        if aug.pipeline == Pipeline::Yolo9 {
+            boxes.keep_larger_than(2.0);
+        }
         let mut image = image;
         // MixUp only with boxes to mix and a partner that has some (else skipped, as LibreYOLO).
-        if aug.mixup_style == MixupStyle::Yolox
+        if aug.pipeline == Pipeline::Yolox
             && aug.mixup_prob > 0.0
             && !boxes.is_empty()
             && rng.random::<f64>() < aug.mixup_prob
@@ -114,6 +130,11 @@ fn augmented(ds: &Dataset, index: usize, mosaic: bool, aug: &Augment, (height, w
 
 /// HSV, flips, letterbox, tiny-box filter with fallback, normalisation.
 fn finish(mut image: RgbImage, mut boxes: Boxes, aug: &Augment, (height, width): (u32, u32), index: usize, rng: &mut impl Rng) -> Sample {
+    if aug.pipeline == Pipeline::Yolox && boxes.is_empty() {
+        // YOLOX's TrainTransform letterboxes an image without boxes as it is.
+        let (out, _) = letterbox::apply_owned(image, &mut boxes, height, width);
+        return Sample { image: out, targets: vec![], index };
+    }
     // When no box would survive the letterbox's tiny-box filter, the sample falls back to the
     // image before HSV and flips: keep a copy only then (it was a 1.2 MB copy per sample). The
     // margin covers the flips' rounding (W - x2 vs x2), so a box counted here surely survives.
@@ -166,7 +187,7 @@ mod tests {
         Augment {
             mosaic_prob: 0.0,
             mixup_prob: 0.0,
-            mixup_style: MixupStyle::Yolo9,
+            pipeline: Pipeline::Yolo9,
             mixup_scale: [0.5, 1.5],
             degrees: 0.0,
             translate: 0.0,
@@ -200,6 +221,24 @@ mod tests {
             assert_ne!(kept.image.as_raw(), plain.as_raw(), "seed {seed}: a surviving box keeps the flip");
             // Flipped in the 128-px image (x 10..60 -> 68..118), then halved: 34..59.
             assert!((kept.targets[0][1] - 34.0 / 64.0).abs() < 1e-6 && (kept.targets[0][3] - 59.0 / 64.0).abs() < 1e-6, "{:?}", kept.targets);
+        }
+    }
+
+    /// An image without boxes: YOLOX's TrainTransform letterboxes it as it is, YOLOv9's still
+    /// jitters and flips it.
+    #[test]
+    fn a_yolox_sample_without_boxes_is_only_letterboxed() {
+        let img = picture(128, 96);
+        let plain = letterbox::apply(&img, &mut Boxes::default(), 48, 64).0;
+        let yolox = Augment { pipeline: Pipeline::Yolox, ..augment() };
+        for seed in 0..4u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let sample = finish(img.clone(), Boxes::default(), &yolox, (48, 64), 0, &mut rng);
+            assert_eq!(sample.image.as_raw(), plain.as_raw(), "seed {seed}");
+            assert!(sample.targets.is_empty());
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let yolo9 = finish(img.clone(), Boxes::default(), &augment(), (48, 64), 0, &mut rng);
+            assert_ne!(yolo9.image.as_raw(), plain.as_raw(), "seed {seed}: YOLOv9 flips it (flip_prob 1)");
         }
     }
 }

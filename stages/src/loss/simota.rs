@@ -66,8 +66,9 @@ pub struct Matching {
     pub dynamic_k: Tensor<2>,
 }
 
-/// IoU of boxes given by centre and size, broadcast (LibreYOLO's `bboxes_iou(xyxy=False)`, no eps).
-pub fn iou_cxcywh<const D: usize>(a: [&Tensor<D>; 4], b: [&Tensor<D>; 4]) -> Tensor<D> {
+/// IoU of boxes given by centre and size, broadcast, `eps` added to the union (LibreYOLO's
+/// `bboxes_iou(xyxy=False)` has none, its `IoULoss` 1e-16).
+pub fn iou_cxcywh<const D: usize>(a: [&Tensor<D>; 4], b: [&Tensor<D>; 4], eps: f64) -> Tensor<D> {
     let [acx, acy, aw, ah] = a;
     let [bcx, bcy, bw, bh] = b;
     let lo = |c: &Tensor<D>, s: &Tensor<D>| c.clone().sub(s.clone().div_scalar(2.0));
@@ -79,7 +80,7 @@ pub fn iou_cxcywh<const D: usize>(a: [&Tensor<D>; 4], b: [&Tensor<D>; 4]) -> Ten
     let overlap = l.clone().lower(r.clone()).bool_and(t.clone().lower(btm.clone())).float();
     let inter = r.sub(l).mul(btm.sub(t)).mul(overlap);
     let union = aw.clone().mul(ah.clone()).add(bw.clone().mul(bh.clone())).sub(inter.clone());
-    inter.div(union)
+    inter.div(union.add_scalar(eps))
 }
 
 /// Assigns `truths` to anchors given detached class and objectness logits, `(B, A, nc)` and
@@ -104,10 +105,13 @@ pub fn assign(cfg: SimOtaConfig, truths: &Truths, pred: &Predicted, cls: Tensor<
     };
     let in_center = inside(&ax, &gcx).bool_and(inside(&ay, &gcy)).float().mul(valid.clone());
     let candidate = in_center.clone().max_dim(1); // (B, 1, A)
-    let pair = candidate.clone().mul(valid.clone()); // (B, M, A): the costs LibreYOLO computes
+    // (B, M, A): the pairs LibreYOLO computes a cost for. The others are masked by selection,
+    // not multiplied by 0: a padding row against a vanishing predicted box is 0/0.
+    let outside_pairs = candidate.clone().mul(valid.clone()).lower_elem(0.5);
 
     // 2. IoU and cost.
-    let iou = iou_cxcywh([&gcx, &gcy, &col(&truths.w), &col(&truths.h)], [&row(&pred.cx), &row(&pred.cy), &row(&pred.w), &row(&pred.h)]).mul(pair.clone());
+    let iou = iou_cxcywh([&gcx, &gcy, &col(&truths.w), &col(&truths.h)], [&row(&pred.cx), &row(&pred.cy), &row(&pred.w), &row(&pred.h)], 0.0)
+        .mask_fill(outside_pairs.clone(), 0.0);
     let p = sigmoid(cls).mul(sigmoid(obj)).sqrt(); // (B, A, nc)
     let neg_log = |t: Tensor<3>| t.log().clamp_min(-100.0).neg(); // F.binary_cross_entropy's clamp
     let miss = neg_log(p.clone().neg().add_scalar(1.0)); // -ln(1 - p)
@@ -118,8 +122,7 @@ pub fn assign(cfg: SimOtaConfig, truths: &Truths, pred: &Predicted, cls: Tensor<
     let cost = cls_cost
         .add(iou.clone().add_scalar(1e-8).log().neg().mul_scalar(3.0))
         .add(in_center.neg().add_scalar(1.0).mul_scalar(1e6))
-        .mul(pair.clone())
-        .add(pair.clone().neg().add_scalar(1.0).mul_scalar(FAR));
+        .mask_fill(outside_pairs, FAR);
 
     // 3. dynamic_k and the cheapest candidates.
     let k = cfg.candidates.min(a);

@@ -129,11 +129,14 @@ impl YoloxLoss {
         let matched = |t: &Tensor<2>| t.clone().gather(1, matching.gt_index.clone());
         let (tcx, tcy, tw, th) = (matched(&truths.cx), matched(&truths.cy), matched(&truths.w), matched(&truths.h));
 
-        // iou: background anchors compare a unit box with itself, so nothing there is NaN.
-        let keep = |t: Tensor<2>| t.mul(fg.clone()).add(fg.clone().neg().add_scalar(1.0));
+        // iou: background anchors compare a unit box with itself (selected, not multiplied by 0:
+        // an overflowing exp there would be inf * 0), so nothing there is NaN.
+        let background = fg.clone().lower_elem(0.5);
+        let keep = |t: Tensor<2>| t.mask_fill(background.clone(), 1.0);
         let iou = simota::iou_cxcywh(
             [&keep(pred.cx.clone()), &keep(pred.cy.clone()), &keep(pred.w.clone()), &keep(pred.h.clone())],
             [&keep(tcx.clone()), &keep(tcy.clone()), &keep(tw.clone()), &keep(th.clone())],
+            1e-16,
         );
         let iou_loss = iou.powi_scalar(2).neg().add_scalar(1.0).mul(fg.clone()).sum().div(num_fg.clone()).mul_scalar(self.settings.iou_gain);
 

@@ -1,4 +1,4 @@
-//! MixUp, as each family runs it in LibreYOLO 1.6 ([`MixupStyle`]).
+//! MixUp, as each family's pipeline runs it in LibreYOLO 1.6 (`crate::data::sample::Pipeline`).
 //!
 //! YOLOX's ([`blend`], `MosaicMixupDataset._mixup`), after a mosaic's affine warp: a partner
 //! image is letterboxed into an (H, W) canvas of 114 at the top-left, the canvas is scaled by a
@@ -18,17 +18,6 @@ use rand::Rng;
 use super::Boxes;
 use crate::data::FILL;
 use crate::data::image::{fit, resize};
-
-/// Which MixUp `augment.mixup_prob` applies: the manifest's `augment.mixup_style`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MixupStyle {
-    /// YOLOv9's: two finished samples, `Beta(32, 32)` weights.
-    #[default]
-    Yolo9,
-    /// YOLOX's: a jittered, mirrored partner into the warped mosaic, 50/50.
-    Yolox,
-}
 
 /// `r ~ Beta(32, 32)`: `X / (X + Y)` with `X, Y ~ Gamma(32, 1)`, each exactly a sum of 32 unit
 /// exponentials.
