@@ -68,10 +68,7 @@ fn a_libreyolo_yolox_checkpoint_loads_like_its_safetensors() {
     let (_, mut from_st) = build("narrow", 3);
     libreyolo_families::weights::load_safetensors(&mut from_st, &fixtures().join("yolox_narrow.safetensors"), false).unwrap();
     let values = |v: &Value| match v {
-        Value::Float(AnyTensor::R1(t)) => read(t).1,
-        Value::Float(AnyTensor::R2(t)) => read(t).1,
-        Value::Float(AnyTensor::R3(t)) => read(t).1,
-        Value::Float(AnyTensor::R4(t)) => read(t).1,
+        Value::Float(t) => libreyolo_families::with_rank!(t, t => read(t).1),
         Value::Count(n) => vec![*n as f32],
     };
     for (a, b) in from_pt.entries().iter().zip(from_st.entries()) {

@@ -37,28 +37,24 @@ impl Schedule {
         let t = (self.epochs * self.iters_per_epoch) as f64;
         let it = it as f64;
         let min_lr = self.lr0 * self.min_lr_ratio;
-        if let Kind::YoloxWarmCos { plateau_epochs } = self.kind {
-            let start = self.warmup_lr_start.min(self.lr0);
-            let plateau = (plateau_epochs * self.iters_per_epoch) as f64;
-            let lr = if w > 0.0 && it <= w {
-                (self.lr0 - start) * (it / w).powi(2) + start
-            } else if it >= t - plateau {
-                min_lr
-            } else {
-                min_lr + 0.5 * (self.lr0 - min_lr) * (1.0 + (std::f64::consts::PI * (it - w) / (t - w - plateau)).cos())
-            };
-            return (lr, self.momentum);
-        }
         if w > 0.0 && it <= w {
             let start = self.warmup_lr_start.min(self.lr0);
-            let lr = (self.lr0 - start) * it / w + start;
-            let momentum = self.warmup_momentum + (self.momentum - self.warmup_momentum) * it / w;
-            return (lr, momentum);
+            return match self.kind {
+                // YOLOX warms the rate up quadratically and leaves the momentum.
+                Kind::YoloxWarmCos { .. } => ((self.lr0 - start) * (it / w).powi(2) + start, self.momentum),
+                Kind::Linear | Kind::Cos => ((self.lr0 - start) * it / w + start, self.warmup_momentum + (self.momentum - self.warmup_momentum) * it / w),
+            };
         }
+        let cosine = |angle: f64| min_lr + (self.lr0 - min_lr) * 0.5 * (1.0 + angle.cos());
+        let pi = std::f64::consts::PI;
         let progress = ((it - w) / (t - w).max(1.0)).min(1.0);
         let lr = match self.kind {
             Kind::Linear => self.lr0 - (self.lr0 - min_lr) * progress,
-            Kind::Cos | Kind::YoloxWarmCos { .. } => min_lr + (self.lr0 - min_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+            Kind::Cos => cosine(pi * progress),
+            Kind::YoloxWarmCos { plateau_epochs } => {
+                let plateau = (plateau_epochs * self.iters_per_epoch) as f64;
+                if it >= t - plateau { min_lr } else { cosine(pi * (it - w) / (t - w - plateau)) }
+            }
         };
         (lr, self.momentum)
     }

@@ -40,7 +40,7 @@ pub struct Augment {
 impl Augment {
     /// The same settings with mosaic closed (the last `no_aug_epochs`).
     pub fn without_mosaic(self) -> Self {
-        Self { mosaic_prob: 0.0, mixup_prob: 0.0, ..self }
+        Self { mosaic_prob: 0.0, ..self }
     }
 }
 
@@ -105,11 +105,10 @@ fn augmented(ds: &Dataset, index: usize, mosaic: bool, aug: &Augment, (height, w
         let params = affine::AffineParams { degrees: aug.degrees, translate: aug.translate, scale: aug.scale, shear: aug.shear };
         let m = affine::random_matrix(&params, width, height, rng);
         let mut boxes = boxes;
-        let image = affine::warp(&canvas, &mut boxes, m, width, height);
+        let mut image = affine::warp(&canvas, &mut boxes, m, width, height);
         if aug.pipeline == Pipeline::Yolo9 {
             boxes.keep_larger_than(2.0);
         }
-        let mut image = image;
         // MixUp only with boxes to mix and a partner that has some (else skipped, as LibreYOLO).
         if aug.pipeline == Pipeline::Yolox
             && aug.mixup_prob > 0.0

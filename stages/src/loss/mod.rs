@@ -2,6 +2,10 @@
 //! fixed-size inputs and never reads a value back to the host, so it can run inside a CUDA
 //! graph and leaves reading its terms for logging to the caller.
 
+use burn::tensor::activation::log_sigmoid;
+use burn::tensor::distributed::{ReduceOperation, all_reduce};
+use burn::tensor::{Device, Tensor};
+
 pub mod anchors;
 pub mod assigner;
 pub mod ciou;
@@ -11,3 +15,22 @@ pub mod yolox;
 
 pub use yolo9::{Yolo9Loss, Yolo9Settings, Yolo9Terms};
 pub use yolox::{YoloxLoss, YoloxSettings, YoloxTerms};
+
+/// BCE with logits, elementwise: `max(x,0) - x*t + log(1 + exp(-|x|))`, written
+/// `-(t ln s(x) + (1 - t) ln s(-x))`.
+pub(crate) fn bce<const D: usize>(x: Tensor<D>, t: Tensor<D>) -> Tensor<D> {
+    log_sigmoid(x.clone()).mul(t.clone()).add(log_sigmoid(x.neg()).mul(t.neg().add_scalar(1.0))).neg()
+}
+
+/// A loss's normaliser from this replica's `count`: `max(count, 1)` alone; over a data-parallel
+/// `group`, LibreYOLO's `all_reduce_avg_scalar` — the global count clamped to 1, over the number
+/// of replicas — so that averaging the replicas' gradients gives the whole batch's.
+pub(crate) fn normaliser(count: Tensor<1>, group: Option<&[Device]>) -> Tensor<1> {
+    match group {
+        Some(devices) if devices.len() > 1 => {
+            let world = devices.len() as f64;
+            all_reduce(count, ReduceOperation::Mean, devices.to_vec()).resolve().clamp_min(1.0 / world)
+        }
+        _ => count.clamp_min(1.0),
+    }
+}

@@ -10,8 +10,7 @@
 //! every replica's batch, divided by the number of replicas). Positives are selected by masks,
 //! not by indexing, so no value is read back and no shape depends on the data.
 
-use burn::tensor::activation::{log_sigmoid, log_softmax, softmax};
-use burn::tensor::distributed::{ReduceOperation, all_reduce};
+use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Device, Int, Tensor};
 
 use super::anchors::Anchors;
@@ -134,17 +133,11 @@ impl Yolo9Loss {
 
         let positive = assignment.positive.clone(); // (B, A)
         let scores = assignment.scores.clone(); // (B, A, nc)
-        let cls_norm = match group {
-            Some(devices) if devices.len() > 1 => {
-                let world = devices.len() as f64;
-                all_reduce(scores.clone().sum(), ReduceOperation::Mean, devices.to_vec()).resolve().clamp_min(1.0 / world)
-            }
-            _ => scores.clone().sum().clamp_min(1.0),
-        }; // [1]
+        let cls_norm = super::normaliser(scores.clone().sum(), group); // [1]
         let box_norm = scores.clone().sum_dim(2).reshape([b, a]); // zero where not positive
 
-        // cls: BCE with logits, summed: max(x,0) - x*t + log(1 + exp(-|x|)) == -(t*log s(x) + (1-t)*log s(-x)).
-        let bce = log_sigmoid(pred_cls.clone()).mul(scores.clone()).add(log_sigmoid(pred_cls.neg()).mul(scores.neg().add_scalar(1.0))).neg();
+        // cls: BCE with logits against the soft targets, summed.
+        let bce = super::bce(pred_cls, scores);
         let cls_loss = bce.sum().div(cls_norm.clone());
 
         // box: 1 - CIoU in stride units. Anchors that are not positive compare a unit box

@@ -12,10 +12,9 @@
 //! the mean over replicas of the global count, as LibreYOLO's `all_reduce_avg_scalar`). The
 //! maps are raw `cat(reg, obj, cls)` per scale; boxes decode as `(xy + cell) * s`, `exp(wh) * s`.
 
-use burn::tensor::activation::log_sigmoid;
-use burn::tensor::distributed::{ReduceOperation, all_reduce};
 use burn::tensor::{Device, Int, Tensor};
 
+use super::bce;
 use super::simota::{self, Matching, Predicted, SimOtaConfig, Truths};
 
 /// The `[loss]` section of a YOLOX manifest: LibreYOLO's gain and SimOTA settings.
@@ -67,11 +66,6 @@ impl YoloxTerms {
     }
 }
 
-/// BCE with logits, elementwise: `-(t ln s(x) + (1 - t) ln s(-x))`.
-fn bce<const D: usize>(x: Tensor<D>, t: Tensor<D>) -> Tensor<D> {
-    log_sigmoid(x.clone()).mul(t.clone()).add(log_sigmoid(x.neg()).mul(t.neg().add_scalar(1.0))).neg()
-}
-
 impl YoloxLoss {
     /// `maps`: raw head maps `(B, 5 + nc, H_i, W_i)` at `strides`, f32; `targets`: `(B, M, 5)`
     /// rows `[cls, x1, y1, x2, y2]` normalised to [0, 1], padding rows with class -1; `use_l1`:
@@ -119,13 +113,7 @@ impl YoloxLoss {
         let matching = simota::assign(cfg, &truths, &detached, cls.clone().detach(), obj.clone().detach().reshape([b, a, 1]));
 
         let fg = matching.fg.clone();
-        let num_fg = match group {
-            Some(devices) if devices.len() > 1 => {
-                let world = devices.len() as f64;
-                all_reduce(fg.clone().sum(), ReduceOperation::Mean, devices.to_vec()).resolve().clamp_min(1.0 / world)
-            }
-            _ => fg.clone().sum().clamp_min(1.0),
-        };
+        let num_fg = super::normaliser(fg.clone().sum(), group);
         let matched = |t: &Tensor<2>| t.clone().gather(1, matching.gt_index.clone());
         let (tcx, tcy, tw, th) = (matched(&truths.cx), matched(&truths.cy), matched(&truths.w), matched(&truths.h));
 
@@ -158,7 +146,6 @@ impl YoloxLoss {
                 ],
                 2,
             );
-            let target = target.mul(fg.clone().reshape([b, a, 1]));
             reg.sub(target).abs().mul(fg.clone().reshape([b, a, 1])).sum().div(num_fg.clone())
         } else {
             Tensor::zeros([1], &device)
