@@ -254,8 +254,12 @@ def cross_validate(args, out, runs):
     training's compute dtype: tells a difference of training from one of validation. Our `val`
     runs the network in the compute dtype; LibreYOLO's runs it under autocast (`half`), as its
     in-training validation does (`half = amp and cuda`, the same `amp_dtype`)."""
-    weights = {"LibreYOLO 1.6": os.path.join(out, "libreyolo", "weights", "best.pt"),
-               "libreyolo-run": os.path.join(out, "ours", "weights", "best.safetensors")}
+    # LibreYOLO writes best.pt only after a validation; LibreYOLO 1.6 cannot validate YOLOX in
+    # bf16 ("nms_kernel" not implemented for 'BFloat16'), so its last (EMA) weights stand in.
+    def best_or_last(run, ext):
+        best = os.path.join(out, run, "weights", f"best.{ext}")
+        return best if os.path.exists(best) else os.path.join(out, run, "weights", f"last.{ext}")
+    weights = {"LibreYOLO 1.6": best_or_last("libreyolo", "pt"), "libreyolo-run": best_or_last("ours", "safetensors")}
     device = "cpu" if args.device == "cpu" else "0"
     dtypes = ["f32"] + ([args.dtype] if args.dtype != "f32" else [])
     rows = []
