@@ -4,41 +4,26 @@
 //! width) with the fixture's weights gives LibreYOLO's raw maps in eval and train mode and its
 //! BatchNorm running statistics after the train-mode forward.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_families::blocks::batch_norm::MOMENTUM;
 use libreyolo_families::tensor::AnyTensor;
-use libreyolo_families::{Ctx, LayerSpec, Network, ParamStore, Value};
-use libreyolo_run::parity::fixture::{Fixture, max_abs_diff, read};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
-}
-
-fn build(size: &str, nc: usize) -> (Network, ParamStore) {
-    #[derive(serde::Deserialize)]
-    struct Topology {
-        layers: Vec<LayerSpec>,
-    }
-    let text = std::fs::read_to_string(fixtures().join(format!("yolox{size}_layers.toml"))).unwrap();
-    let topology: Topology = toml::from_str(&text).unwrap();
-    Network::build(&topology.layers, nc, false, &Device::flex(), 0).unwrap()
-}
+use libreyolo_families::{Ctx, Network, Value};
+use libreyolo_run::parity::fixture::{Fixture, fixture_network, project_dir as fixtures, read, rel_err};
 
 #[test]
 fn sizes_t_and_s_match_libreyolo_keys_and_counts() {
     let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixtures().join("yolox_keys.json")).unwrap()).unwrap();
     for size in ["t", "s"] {
         let expected = &fixture["sizes"][size];
-        let (_, params) = build(size, 80);
+        let (_, params) = fixture_network(&format!("yolox{size}"), 80);
         assert_eq!(params.num_parameters() as u64, expected["num_parameters"].as_u64().unwrap(), "YOLOX-{size} parameters");
         let keys = libreyolo_run::parity::fixture::keys_and_shapes(&expected["keys"]);
         let ours: Vec<(String, Vec<usize>)> = params.entries().iter().map(|e| (e.name.clone(), e.value.shape())).collect();
         assert_eq!(ours, keys, "YOLOX-{size}: state_dict keys and shapes, in order");
     }
     // The figure for YOLOX-t at nc = 80.
-    assert_eq!(build("t", 80).1.num_parameters(), 5_055_855);
+    assert_eq!(fixture_network("yoloxt", 80).1.num_parameters(), 5_055_855);
 }
 
 /// The shipped size manifests (their topology after the `Pixels` input layer) build LibreYOLO's
@@ -61,11 +46,11 @@ fn shipped_manifests_build_libreyolo_yolox() {
 /// every tensor, bit for bit the safetensors file's, and the network computes LibreYOLO's maps.
 #[test]
 fn a_libreyolo_yolox_checkpoint_loads_like_its_safetensors() {
-    let (network, mut from_pt) = build("narrow", 3);
+    let (network, mut from_pt) = fixture_network("yoloxnarrow", 3);
     // Not partial: a missing, unexpected or mis-shaped key is an error.
     let report = libreyolo_families::weights::load_pytorch(&mut from_pt, &fixtures().join("yolox_narrow.pt"), false).unwrap();
     assert_eq!(report.loaded, from_pt.entries().len());
-    let (_, mut from_st) = build("narrow", 3);
+    let (_, mut from_st) = fixture_network("yoloxnarrow", 3);
     libreyolo_families::weights::load_safetensors(&mut from_st, &fixtures().join("yolox_narrow.safetensors"), false).unwrap();
     let values = |v: &Value| match v {
         Value::Float(t) => libreyolo_families::with_rank!(t, t => read(t).1),
@@ -84,16 +69,10 @@ fn a_libreyolo_yolox_checkpoint_loads_like_its_safetensors() {
     assert!(err < 1e-4, "eval P3 from the .pt weights: {err:.2e}");
 }
 
-/// Largest |ours - expected| over the largest |expected|.
-fn rel_err<const D: usize>(ours: &Tensor<D>, expected: &[f32]) -> f64 {
-    let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
-    max_abs_diff(&read(ours).1, expected) / scale
-}
-
 #[test]
 fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
     let device = Device::flex();
-    let (network, mut params) = build("narrow", 3);
+    let (network, mut params) = fixture_network("yoloxnarrow", 3);
     libreyolo_families::weights::load_safetensors(&mut params, &fixtures().join("yolox_narrow.safetensors"), false).unwrap();
     let io = Fixture::open(&fixtures().join("yolox_narrow_io.safetensors")).unwrap();
     let pixels = io.get("images_u8");
@@ -136,7 +115,7 @@ fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
         let err = rel_err(map, &io.get(&format!("train_p{}", i + 3)).to_f32());
         assert!(err < 1e-4, "train P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
     }
-    params.apply_batch_stats(cx.take_batch_stats(), MOMENTUM);
+    params.apply_batch_stats(cx.take_batch_stats());
     let mut checked = 0;
     for name in io.names() {
         let Some(key) = name.strip_prefix("bn_after_train.") else { continue };

@@ -110,6 +110,7 @@ pub fn run<'a>(
     cfg: &PredictConfig,
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<ImagePrediction>> {
+    network.detector("`predict`")?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     // LibreYOLO predicts with the fused model (`fuse()`): BatchNorm folded into convolutions,
     // RepConvN into one 3x3 convolution, folded once for the whole run.

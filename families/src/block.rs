@@ -58,18 +58,26 @@ pub trait Layer: std::fmt::Debug {
     fn reads_pixels(&self) -> bool {
         false
     }
-    /// The layer as a detection head, if it is one.
+    /// The layer as a network's head, if it is one.
     fn as_head(&self) -> Option<&dyn Head> {
         None
     }
 }
 
-/// What the engine needs of a network's detection head, whatever its family: validation,
-/// predict, the eval graphs and the losses read its classes and strides, and NMS reads its
-/// decode.
+/// What the engine needs of any network's head, whatever its task and family.
 pub trait Head {
     /// Classes.
     fn nc(&self) -> usize;
+    /// The head as a detector (its maps decode to boxes), if it is one. Validation, predict,
+    /// the eval graphs and the detection losses ask for it and name the task they need.
+    fn as_detector(&self) -> Option<&dyn Detector> {
+        None
+    }
+}
+
+/// A detection head: validation, predict, the eval graphs and the losses read its strides, and
+/// NMS reads its decode.
+pub trait Detector: Head {
     /// The stride of each scale's map, in pixels.
     fn strides(&self) -> &[usize];
     /// Detections of the raw maps, in f32 whatever the maps' dtype: `(B, 4 + nc, A)`, xyxy

@@ -39,6 +39,8 @@ pub struct BatchStats {
     pub running_mean: ParamId,
     pub running_var: ParamId,
     pub count: ParamId,
+    /// The layer's momentum: `running = (1 - momentum) * running + momentum * batch`.
+    pub momentum: f64,
     /// Per-channel batch mean (detached, no autodiff).
     pub mean: Tensor<1>,
     /// Per-channel unbiased batch variance (detached, no autodiff).
@@ -310,17 +312,18 @@ impl Ctx {
 
 impl ParamStore {
     /// Folds batch statistics into the running statistics in place, with PyTorch's rule:
-    /// `running = (1 - momentum) * running + momentum * batch` (unbiased variance), and counts
-    /// the batch in `num_batches_tracked`.
-    pub fn apply_batch_stats(&mut self, stats: Vec<BatchStats>, momentum: f64) {
-        self.fold_batch_stats(&stats, momentum);
+    /// `running = (1 - momentum) * running + momentum * batch` (unbiased variance, each layer's
+    /// momentum), and counts the batch in `num_batches_tracked`.
+    pub fn apply_batch_stats(&mut self, stats: Vec<BatchStats>) {
+        self.fold_batch_stats(&stats);
         self.count_batches(&stats);
     }
 
     /// The device half of [`apply_batch_stats`](Self::apply_batch_stats): the running
     /// statistics, in place (what a captured step records).
-    pub fn fold_batch_stats(&mut self, stats: &[BatchStats], momentum: f64) {
+    pub fn fold_batch_stats(&mut self, stats: &[BatchStats]) {
         for s in stats {
+            let momentum = s.momentum;
             for (id, batch) in [(s.running_mean, &s.mean), (s.running_var, &s.var_unbiased)] {
                 self.map_value(id, |value| match value {
                     Value::Float(AnyTensor::R1(r)) => {

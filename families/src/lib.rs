@@ -6,6 +6,7 @@ pub mod blocks;
 pub mod ctx;
 pub mod network;
 pub mod params;
+pub mod resnet;
 pub mod tensor;
 pub mod topology;
 pub mod weights;

@@ -91,7 +91,7 @@ impl Network {
                 e.help = did_you_mean(&spec.block, &known).map(|k| format!("did you mean `{k}`?")).or_else(|| Some(format!("blocks: {}", known.join(", "))));
                 return Err(e);
             };
-            let mut pb = b.pp(&spec.name);
+            let mut pb = b.pp(spec.params.as_deref().unwrap_or(&spec.name));
             let mut build = BlockBuild { params: &mut pb, inputs: &in_shapes, nc, name: &spec.name, args: Args::new(i, &spec.block, &spec.args) };
             let (block, shape) = (kind.build)(&mut build)?;
             if kind.head {
@@ -138,6 +138,13 @@ impl Network {
     /// The main head, whatever its family.
     pub fn head(&self) -> &dyn crate::block::Head {
         self.head_layer().as_head().expect("a head block's layer is a Head")
+    }
+
+    /// The main head as a detector; an error names the head and what needs a detector.
+    pub fn detector(&self, what: &str) -> anyhow::Result<&dyn crate::block::Detector> {
+        self.head()
+            .as_detector()
+            .ok_or_else(|| anyhow::anyhow!("{what} needs a detection head; this network's head `{}` is not one", self.layers[self.main_head].name))
     }
 
     pub fn has_aux(&self) -> bool {

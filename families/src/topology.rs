@@ -20,6 +20,10 @@ pub const INPUT: &str = "images";
 #[serde(deny_unknown_fields)]
 pub struct LayerSpec {
     pub name: String,
+    /// The state-dict prefix of the layer's parameters when it is not `name`; `""` puts them at
+    /// the top level, as ResNet's `conv1`, `bn1` and `fc` are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<String>,
     /// Input layer(s); the previous layer when absent.
     #[serde(default, skip_serializing_if = "Sources::is_previous")]
     pub from: Sources,

@@ -243,7 +243,7 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                         let leaf = x.clone().autodiff().require_grad();
                         let y = match spec {
                             // The network's own training BatchNorm (fused, or composed under `LIBREYOLO_BN=composed`).
-                            OpSpec::BatchNormFwdBwd { act, .. } => batch_norm::train(leaf.clone(), weight.clone(), bias.clone(), *act).0,
+                            OpSpec::BatchNormFwdBwd { act, .. } => batch_norm::train(leaf.clone(), weight.clone(), bias.clone(), batch_norm::EPS, *act).0,
                             _ => silu(leaf.clone()),
                         };
                         let grads = y.mul(g.clone().autodiff()).sum().backward();

@@ -52,7 +52,9 @@ pub fn fused_eval_forward<'a>(network: &'a Network, params: &'a ParamStore, comp
 
 /// `network`'s forward in `cx` (which casts the images to its compute dtype), decoded, in f32.
 fn decoded(network: &Network, cx: &Ctx, x: Tensor<4>) -> Tensor<3> {
-    network.head().decode(&network.forward(x, cx, false).main).cast(FloatDType::F32)
+    // Callers (validation, predict) asked for the detector before building the forward.
+    let detector = network.detector("a decoded forward").expect("a detection network");
+    detector.decode(&network.forward(x, cx, false).main).cast(FloatDType::F32)
 }
 
 impl Forward<'_> {

@@ -70,7 +70,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let nms = validate::nms_config(&m.val);
     let start = std::time::Instant::now();
     let (stats, dets) =
-        validate::validate(network.head(), &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
+        validate::validate(network.detector("`val`")?, &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
     let seconds = start.elapsed().as_secs_f64();
     let detections = dets.len();
     let dtype = precision.compute.map(|d| format!("{d:?}")).unwrap_or_else(|| "F32".into());

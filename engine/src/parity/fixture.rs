@@ -90,6 +90,30 @@ pub fn keys_and_shapes(keys: &serde_json::Value) -> Vec<(String, Vec<usize>)> {
     keys.as_array().expect("a list of [key, shape]").iter().map(|k| pair(k).expect("[key, [dims...]]")).collect()
 }
 
+/// Largest |ours - expected| over the largest |expected|: the parity tests' relative error.
+pub fn rel_err<const D: usize>(ours: &Tensor<D>, expected: &[f32]) -> f64 {
+    let scale = expected.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-12);
+    max_abs_diff(&read(ours).1, expected) / scale
+}
+
+/// The project's own fixtures (`tests/fixtures`, written by the scripts there).
+pub fn project_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+/// The network of a fixture topology (`tests/fixtures/NAME_layers.toml`, a manifest's `layers`)
+/// for `nc` classes on the CPU.
+pub fn fixture_network(name: &str, nc: usize) -> (libreyolo_families::Network, libreyolo_families::ParamStore) {
+    #[derive(serde::Deserialize)]
+    struct Topology {
+        layers: Vec<libreyolo_families::LayerSpec>,
+    }
+    let path = project_dir().join(format!("{name}_layers.toml"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let topology: Topology = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    libreyolo_families::Network::build(&topology.layers, nc, false, &Device::flex(), 0).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// Max |a - b|.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");

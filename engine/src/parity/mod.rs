@@ -118,6 +118,7 @@ pub fn run(dir: &Path, network: &Network, params: &ParamStore, device: &Device, 
     let mut params = params.clone();
     libreyolo_families::weights::load_safetensors(&mut params, &dir.join("yolo9t_nc80.safetensors"), false)?;
     params.to_device(device);
+    network.detector("the parity check")?;
     let network_parity = network_parity(&io, network, &params, device);
     let loss = loss_parity(&io, network, &params, device, loss_device);
     let device = match loss_device {
@@ -153,7 +154,7 @@ fn network_parity(io: &Fixture, network: &Network, params: &ParamStore, device: 
         eval_maps = eval_maps.max(m);
         eval_sums = eval_sums.max(s);
     }
-    let (dims, pred) = read(&network.head().decode(&maps));
+    let (dims, pred) = read(&network.detector("parity").expect("checked in `run`").decode(&maps));
     let picked = select_rows(&pred, dims[1] * dims[2], &indices(io, "eval_pred_index"));
     let (mut boxes, mut scores) = (0f64, 0f64);
     for (k, (x, y)) in picked.iter().zip(io.get("eval_pred").to_f32()).enumerate() {
@@ -170,7 +171,7 @@ fn network_parity(io: &Fixture, network: &Network, params: &ParamStore, device: 
         train_maps = train_maps.max(m);
         train_sums = train_sums.max(s);
     }
-    params.apply_batch_stats(cx.take_batch_stats(), libreyolo_families::blocks::batch_norm::MOMENTUM);
+    params.apply_batch_stats(cx.take_batch_stats());
     let (mut bn_rel, mut counts_match) = (0f64, true);
     for name in io.names() {
         let Some(key) = name.strip_prefix("bn_after_train.") else { continue };
@@ -216,7 +217,11 @@ fn loss_parity(io: &Fixture, network: &Network, params: &ParamStore, device: &De
     let targets = Tensor::<3>::from_data(TensorData::new(t.to_f32(), [t.shape[0], t.shape[1], t.shape[2]]), ldev);
     // On another device the maps become leaves there, detached from the network's graph.
     let leaves: Option<Vec<Tensor<4>>> = loss_device.map(|d| maps.iter().map(|m| Tensor::<4>::from_data(m.to_data(), d).autodiff().require_grad()).collect());
-    let terms = Yolo9Loss::libreyolo_default(network.head().nc()).compute(leaves.as_ref().unwrap_or(&maps), network.head().strides(), targets);
+    let terms = Yolo9Loss::libreyolo_default(network.head().nc()).compute(
+        leaves.as_ref().unwrap_or(&maps),
+        network.detector("parity").expect("checked in `run`").strides(),
+        targets,
+    );
 
     let (_, positive) = read(&terms.assignment.positive);
     let (_, gt_index) = read(&terms.assignment.gt_index.clone().float());

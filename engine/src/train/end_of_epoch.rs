@@ -112,7 +112,7 @@ impl EndOfEpoch {
     fn validate(&mut self, t: &Trainer<'_>, loader: &Loader) -> anyhow::Result<[f64; 12]> {
         let started = Instant::now();
         let forward = validation_forward(t);
-        let (device, head, dtype) = (&t.device, t.model.network.head(), t.precision.compute);
+        let (device, head, dtype) = (&t.device, t.model.network.detector("validation")?, t.precision.compute);
         let (stats, dets) = match self.val_graphs.as_mut() {
             // A captured run replays validation's forward too (LibreYOLO's validation graph).
             Some(graphs) => validate::validate(head, loader, device, &self.nms, &mut |x| {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use burn::tensor::{Device, Tensor};
-use libreyolo_families::block::Head;
+use libreyolo_families::block::Detector;
 use libreyolo_stages::data::{Dataset, Loader};
 use libreyolo_stages::val::coco::{self, Detection};
 use libreyolo_stages::val::nms::{self, NmsConfig};
@@ -21,7 +21,7 @@ pub fn nms_config(val: &crate::manifest::ValSettings) -> NmsConfig {
 /// with `forward` mapping a batch of images to decoded predictions (eager, or through a
 /// captured graph).
 pub fn validate(
-    head: &dyn Head,
+    head: &dyn Detector,
     loader: &Loader,
     device: &Device,
     nms_cfg: &NmsConfig,

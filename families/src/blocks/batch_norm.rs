@@ -17,9 +17,13 @@ use libreyolo_kernels::batch_norm::batch_norm_act;
 use crate::ctx::{BatchStats, Ctx};
 use crate::params::{Builder, ParamId, Role};
 
-/// LibreYOLO's BatchNorm: eps 1e-3, momentum 0.03.
+/// LibreYOLO's BatchNorm in its YOLO families: eps 1e-3, momentum 0.03.
 pub const EPS: f64 = 1e-3;
 pub const MOMENTUM: f64 = 0.03;
+/// PyTorch's defaults (`nn.BatchNorm2d()`), which its classification families keep: eps 1e-5,
+/// momentum 0.1.
+pub const TORCH_EPS: f64 = 1e-5;
+pub const TORCH_MOMENTUM: f64 = 0.1;
 
 #[derive(Debug, Clone)]
 pub struct BatchNorm {
@@ -29,10 +33,22 @@ pub struct BatchNorm {
     running_var: ParamId,
     count: ParamId,
     channels: usize,
+    eps: f64,
+    momentum: f64,
 }
 
 impl BatchNorm {
+    /// LibreYOLO's YOLO BatchNorm ([`EPS`], [`MOMENTUM`]).
     pub fn new(b: &mut Builder, channels: usize) -> Self {
+        Self::with(b, channels, EPS, MOMENTUM)
+    }
+
+    /// PyTorch's default BatchNorm ([`TORCH_EPS`], [`TORCH_MOMENTUM`]).
+    pub fn torch(b: &mut Builder, channels: usize) -> Self {
+        Self::with(b, channels, TORCH_EPS, TORCH_MOMENTUM)
+    }
+
+    fn with(b: &mut Builder, channels: usize, eps: f64, momentum: f64) -> Self {
         Self {
             weight: b.constant("weight", Role::BnWeight, channels, 1.0),
             bias: b.constant("bias", Role::BnBias, channels, 0.0),
@@ -40,6 +56,8 @@ impl BatchNorm {
             running_var: b.constant("running_var", Role::RunningVar, channels, 1.0),
             count: b.count("num_batches_tracked"),
             channels,
+            eps,
+            momentum,
         }
     }
 
@@ -60,7 +78,7 @@ impl BatchNorm {
         let [n, _, h, w] = x.dims();
         let Some(devices) = cx.sync_group() else {
             // The affine parameters in f32 (the master tensors), as autocast leaves them.
-            let (y, mean, var) = train(x, cx.master_rank1(self.weight), cx.master_rank1(self.bias), act);
+            let (y, mean, var) = train(x, cx.master_rank1(self.weight), cx.master_rank1(self.bias), self.eps, act);
             self.record(cx, mean, var, (n * h * w) as f64);
             return y;
         };
@@ -72,7 +90,7 @@ impl BatchNorm {
         let count = (n * h * w * devices.len()) as f64;
         let mean = sums.clone().narrow(0, 0, c).div_scalar(count).reshape([1, c, 1, 1]);
         let var = sums.narrow(0, c, c).div_scalar(count).reshape([1, c, 1, 1]).sub(mean.clone().square()).clamp_min(0.0);
-        let y = normalize(x, mean.clone(), var.clone(), per_channel(cx.rank1(self.weight)), per_channel(cx.rank1(self.bias)));
+        let y = normalize(x, mean.clone(), var.clone(), per_channel(cx.rank1(self.weight)), per_channel(cx.rank1(self.bias)), self.eps);
         self.record(cx, mean.reshape([c]), var.reshape([c]), count);
         activate(y)
     }
@@ -84,6 +102,7 @@ impl BatchNorm {
             running_mean: self.running_mean,
             running_var: self.running_var,
             count: self.count,
+            momentum: self.momentum,
             mean: mean.detach().inner(),
             var_unbiased: var.detach().inner().mul_scalar(count / (count - 1.0).max(1.0)),
         });
@@ -92,7 +111,7 @@ impl BatchNorm {
     /// Eval-mode BatchNorm as `x * scale + shift` per channel, from the stored (f32) tensors:
     /// what inference fusion folds into the preceding convolution.
     pub fn fold(&self, cx: &Ctx) -> (Tensor<1>, Tensor<1>) {
-        let scale = cx.stored_rank1(self.weight).div(cx.stored_rank1(self.running_var).add_scalar(EPS).sqrt());
+        let scale = cx.stored_rank1(self.weight).div(cx.stored_rank1(self.running_var).add_scalar(self.eps).sqrt());
         let shift = cx.stored_rank1(self.bias).sub(cx.stored_rank1(self.running_mean).mul(scale.clone()));
         (scale, shift)
     }
@@ -115,14 +134,14 @@ fn composed() -> bool {
 
 /// The single-device training BatchNorm (+ SiLU when `act`) of `x` with the affine `weight` and
 /// `bias` (`[C]`): the output and the batch mean and biased variance (`[C]`, f32, detached).
-pub fn train(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, act: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+pub fn train(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, eps: f64, act: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
     if !composed() {
-        let fused = batch_norm_act(x, weight, bias, EPS, act);
+        let fused = batch_norm_act(x, weight, bias, eps, act);
         return (fused.output, fused.mean, fused.var);
     }
     let c = weight.dims()[0];
     let (mean, var) = batch_stats(&x);
-    let y = normalize(x, mean.clone(), var.clone(), weight.reshape([1, c, 1, 1]), bias.reshape([1, c, 1, 1]));
+    let y = normalize(x, mean.clone(), var.clone(), weight.reshape([1, c, 1, 1]), bias.reshape([1, c, 1, 1]), eps);
     (if act { silu(y) } else { y }, mean.detach().reshape([c]), var.detach().reshape([c]))
 }
 
@@ -145,9 +164,9 @@ pub fn batch_stats(x: &Tensor<4>) -> (Tensor<4>, Tensor<4>) {
 
 /// Training BatchNorm's output from the batch statistics (`[1, C, 1, 1]`, f32) and the affine
 /// `weight` and `bias` (`[1, C, 1, 1]`): `x * scale + shift` per channel, in x's dtype.
-pub fn normalize(x: Tensor<4>, mean: Tensor<4>, var: Tensor<4>, weight: Tensor<4>, bias: Tensor<4>) -> Tensor<4> {
+pub fn normalize(x: Tensor<4>, mean: Tensor<4>, var: Tensor<4>, weight: Tensor<4>, bias: Tensor<4>, eps: f64) -> Tensor<4> {
     let dtype = x.dtype();
-    let scale = weight.cast(FloatDType::F32).div(var.add_scalar(EPS).sqrt());
+    let scale = weight.cast(FloatDType::F32).div(var.add_scalar(eps).sqrt());
     let shift = bias.cast(FloatDType::F32).sub(mean.mul(scale.clone()));
     x.mul(scale.cast(dtype)).add(shift.cast(dtype))
 }

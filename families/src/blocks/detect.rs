@@ -155,6 +155,12 @@ impl crate::block::Head for DDetect {
     fn nc(&self) -> usize {
         self.nc
     }
+    fn as_detector(&self) -> Option<&dyn crate::block::Detector> {
+        Some(self)
+    }
+}
+
+impl crate::block::Detector for DDetect {
     fn strides(&self) -> &[usize] {
         &self.strides
     }

@@ -41,4 +41,7 @@ pub const BLOCKS: &[&crate::block::BlockKind] = &[
     &crate::yolox::csp_layer::BLOCK,
     &crate::yolox::spp_bottleneck::BLOCK,
     &crate::yolox::head::BLOCK,
+    &crate::resnet::stem::BLOCK,
+    &crate::resnet::res_layer::BLOCK,
+    &crate::resnet::classify::BLOCK,
 ];

@@ -1,7 +1,9 @@
 //! Pixels: a network's input contract, as its first layer. Every engine path (training,
 //! validation, predict) hands a network RGB images in [0, 1]; a family trained on other pixels
 //! says so here: `args = { bgr = true, range = 255 }` for YOLOX (OpenCV's BGR order, 0-255, not
-//! normalised). The images reach this layer in f32, before the cast to the compute dtype (in
+//! normalised), `args = { imagenet = true }` for LibreYOLO's classifiers (`(x - mean) / std`
+//! with ImageNet's per-channel mean and std, as its classification transforms normalise). The
+//! images reach this layer in f32, before the cast to the compute dtype (in
 //! bf16 a [0, 1] pixel is good to 1/256 of the range, a 0-255 one exactly), and `range = 255`
 //! rounds, which gives back the exact bytes the loader read (u8 / 255 * 255 is not always a
 //! whole number in f32).
@@ -16,7 +18,7 @@ use crate::topology::TopologyError;
 
 pub static BLOCK: BlockKind = BlockKind {
     name: "Pixels",
-    args: &["bgr", "range"],
+    args: &["bgr", "range", "imagenet"],
     head: false,
     build: |b| {
         let input = b.single()?;
@@ -32,7 +34,15 @@ pub static BLOCK: BlockKind = BlockKind {
         if range != 1 && range != 255 {
             return Err(TopologyError::new(b.args.layer, Some("args.range"), format!("`args.range` of block `Pixels` is 1 or 255, got {range}")));
         }
-        Ok((Rc::new(Pixels { bgr, range }), Some(input)))
+        let imagenet = b.args.bool_or("imagenet", false)?;
+        if imagenet && (bgr || range != 1) {
+            return Err(TopologyError::new(
+                b.args.layer,
+                Some("args.imagenet"),
+                "`imagenet = true` normalises RGB pixels in [0, 1]: leave `bgr` and `range` unset",
+            ));
+        }
+        Ok((Rc::new(Pixels { bgr, range, imagenet }), Some(input)))
     },
 };
 
@@ -42,7 +52,13 @@ pub struct Pixels {
     pub bgr: bool,
     /// The largest pixel value the network was trained on: 1 or 255.
     pub range: usize,
+    /// Normalised with ImageNet's per-channel mean and std.
+    pub imagenet: bool,
 }
+
+/// ImageNet's per-channel mean and std (LibreYOLO's `IMAGENET_MEAN`, `IMAGENET_STD`).
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 impl Layer for Pixels {
     fn forward(&self, mut inputs: Vec<Tensor<4>>, cx: &Ctx) -> Out {
@@ -52,6 +68,11 @@ impl Layer for Pixels {
         }
         if self.range == 255 {
             x = x.mul_scalar(255.0).round();
+        }
+        if self.imagenet {
+            let device = x.device();
+            let channel = |v: [f32; 3]| Tensor::<4>::from_data(burn::tensor::TensorData::new(v.to_vec(), [1, 3, 1, 1]), &device);
+            x = x.sub(channel(IMAGENET_MEAN)).div(channel(IMAGENET_STD));
         }
         Out::Map(cx.compute_input(x))
     }
@@ -77,7 +98,7 @@ mod tests {
         let device = Device::flex();
         let bytes: Vec<i64> = (0..3 * 256).map(|i| i % 256).collect();
         let rgb = Tensor::<4, Int>::from_data(TensorData::new(bytes.clone(), [1, 3, 16, 16]), &device).float().div_scalar(255.0);
-        let layer = Pixels { bgr: true, range: 255 };
+        let layer = Pixels { bgr: true, range: 255, imagenet: false };
         let store = ParamStore::default();
         for cx in [Ctx::eval(&store), Ctx::eval_in(&store, FloatDType::BF16)] {
             let Out::Map(out) = layer.forward(vec![rgb.clone()], &cx) else { panic!("a map") };

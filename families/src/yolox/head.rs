@@ -135,6 +135,12 @@ impl crate::block::Head for YOLOXHead {
     fn nc(&self) -> usize {
         self.nc
     }
+    fn as_detector(&self) -> Option<&dyn crate::block::Detector> {
+        Some(self)
+    }
+}
+
+impl crate::block::Detector for YOLOXHead {
     fn strides(&self) -> &[usize] {
         &self.strides
     }

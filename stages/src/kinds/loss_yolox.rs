@@ -24,7 +24,7 @@ pub static KIND: Kind = Kind {
     settings: Some(Settings { section: "loss", keys: FIELDS, check: |t| settings(t).map(|_| ()) }),
     build: |b| {
         let settings = settings(&b.section("loss")).map_err(|e| anyhow::anyhow!("[loss] {}: {}", e.key, e.message))?;
-        let head = b.model.network.head();
+        let head = b.model.network.detector("`loss.yolox`")?;
         Ok(Rc::new(LossYolox {
             loss: YoloxLoss { nc: head.nc(), settings },
             strides: head.strides().to_vec(),

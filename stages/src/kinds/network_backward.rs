@@ -14,7 +14,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use burn::tensor::Tensor;
-use libreyolo_families::blocks::batch_norm::MOMENTUM;
 use libreyolo_families::{ParamStore, Role};
 
 use crate::loss_scale::LossScale;
@@ -101,7 +100,7 @@ impl Stage for NetworkBackward {
         {
             io.refuse(format!("the step updates `{name}` while another handle holds its buffer, so the update would not reach the graph"));
         }
-        store.fold_batch_stats(&stats, MOMENTUM);
+        store.fold_batch_stats(&stats);
         drop(store);
         io.output(0, Value::Grads(params));
         Ok(())

@@ -1,4 +1,4 @@
-//! Detection losses. Every loss here is sync-free: it only launches tensor operations on
+//! Detection and classification losses. Every loss here is sync-free: it only launches tensor operations on
 //! fixed-size inputs and never reads a value back to the host, so it can run inside a CUDA
 //! graph and leaves reading its terms for logging to the caller.
 
@@ -9,10 +9,12 @@ use burn::tensor::{Device, Tensor};
 pub mod anchors;
 pub mod assigner;
 pub mod ciou;
+pub mod cross_entropy;
 pub mod simota;
 pub mod yolo9;
 pub mod yolox;
 
+pub use cross_entropy::cross_entropy;
 pub use yolo9::{Yolo9Loss, Yolo9Settings, Yolo9Terms};
 pub use yolox::{YoloxLoss, YoloxSettings, YoloxTerms};
 
