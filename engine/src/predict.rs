@@ -94,7 +94,8 @@ pub fn detect<'a>(
     let pred = graphs.run(&key, &mut forward);
     let [_, _, a] = pred.dims();
     let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    Ok(nms::detect(&values, network.head().nc(), a, ratio, image.width(), image.height(), &cfg.nms))
+    let labels = network.detector("`predict`")?.labels();
+    Ok(nms::detect(&values, network.head().nc(), labels, a, ratio, image.dimensions(), &cfg.nms))
 }
 
 /// Runs every image of `files`, writes `<out>/<file name>` annotated and

@@ -80,9 +80,22 @@ pub trait Head {
 pub trait Detector: Head {
     /// The stride of each scale's map, in pixels.
     fn strides(&self) -> &[usize];
+    /// Which (anchor, class) pairs its postprocess keeps as candidates before NMS.
+    fn labels(&self) -> Labels {
+        Labels::Multi
+    }
     /// Detections of the raw maps, in f32 whatever the maps' dtype: `(B, 4 + nc, A)`, xyxy
     /// pixels then one score per class, anchors scale by scale, row-major.
     fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3>;
+}
+
+/// Which (anchor, class) pairs a detector's postprocess keeps as candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Labels {
+    /// Every class above the confidence threshold (LibreYOLO's YOLOv9 postprocess).
+    Multi,
+    /// The best class of each anchor (LibreYOLO's YOLOX postprocess: `max(obj x cls)`).
+    Best,
 }
 
 /// A kind of block a topology can name.

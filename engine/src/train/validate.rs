@@ -40,7 +40,7 @@ pub fn validate(
             let (ow, oh) = ds.items[index].size;
             let ratio = (cfg.height as f32 / oh as f32).min(cfg.width as f32 / ow as f32);
             let image_pred = &values[k * rows * a..(k + 1) * rows * a];
-            for d in nms::detect(image_pred, head.nc(), a, ratio, ow, oh, nms_cfg) {
+            for d in nms::detect(image_pred, head.nc(), head.labels(), a, ratio, (ow, oh), nms_cfg) {
                 let [x1, y1, x2, y2] = d.xyxy.map(|v| v as f64);
                 dets.push(Detection { image: index, category: d.class, bbox: [x1, y1, x2 - x1, y2 - y1], score: d.score as f64 });
             }

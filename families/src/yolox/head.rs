@@ -141,6 +141,9 @@ impl crate::block::Head for YOLOXHead {
 }
 
 impl crate::block::Detector for YOLOXHead {
+    fn labels(&self) -> crate::block::Labels {
+        crate::block::Labels::Best
+    }
     fn strides(&self) -> &[usize] {
         &self.strides
     }

@@ -1,7 +1,10 @@
-//! From decoded predictions to final detections (LibreYOLO's YOLOv9 postprocess):
-//! every (anchor, class) with score above `conf` is a candidate (multi-label); the best
+//! From decoded predictions to final detections (LibreYOLO's postprocess): every (anchor,
+//! class) with score above `conf` is a candidate (`Labels::Multi`, YOLOv9), or each anchor's best
+//! class alone (`Labels::Best`, YOLOX); the best
 //! `max_candidates` are kept; boxes are mapped back through the letterbox and clipped;
 //! class-aware NMS at `iou`; the best `max_det` remain.
+
+pub use libreyolo_families::block::Labels;
 
 /// A detection in original-image pixels.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,17 +23,9 @@ pub struct NmsConfig {
 }
 
 /// Detections of one image from its predictions `(4 + nc, A)` (row-major: `pred[row * a + i]`),
-/// boxes xyxy in letterboxed pixels; `ratio` maps them back to a `width` x `height` image.
-pub fn detect(pred: &[f32], nc: usize, a: usize, ratio: f32, width: u32, height: u32, cfg: &NmsConfig) -> Vec<Det> {
-    let mut candidates: Vec<(f32, usize, usize)> = vec![]; // (score, anchor, class)
-    for c in 0..nc {
-        let row = &pred[(4 + c) * a..(5 + c) * a];
-        for (i, &s) in row.iter().enumerate() {
-            if s > cfg.conf {
-                candidates.push((s, i, c));
-            }
-        }
-    }
+/// boxes xyxy in letterboxed pixels; `ratio` maps them back to a `(width, height)` image.
+pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, ratio: f32, (width, height): (u32, u32), cfg: &NmsConfig) -> Vec<Det> {
+    let mut candidates = candidates(pred, nc, labels, a, cfg.conf);
     candidates.sort_by(|x, y| y.0.total_cmp(&x.0));
     candidates.truncate(cfg.max_candidates);
     let (w, h) = (width as f32, height as f32);
@@ -46,6 +41,21 @@ pub fn detect(pred: &[f32], nc: usize, a: usize, ratio: f32, width: u32, height:
     let mut kept = class_aware_nms(&mut dets, cfg.iou);
     kept.truncate(cfg.max_det);
     kept
+}
+
+/// `(score, anchor, class)` of every pair above `conf` under `labels`. `Best` keeps the first
+/// of equal scores, as `torch.max` does.
+fn candidates(pred: &[f32], nc: usize, labels: Labels, a: usize, conf: f32) -> Vec<(f32, usize, usize)> {
+    let score = |c: usize, i: usize| pred[(4 + c) * a + i];
+    match labels {
+        Labels::Multi => (0..nc).flat_map(|c| (0..a).map(move |i| (score(c, i), i, c))).filter(|p| p.0 > conf).collect(),
+        Labels::Best => (0..a)
+            .filter_map(|i| {
+                let (c, s) = (0..nc).map(|c| (c, score(c, i))).fold((0, f32::NEG_INFINITY), |best, x| if x.1 > best.1 { x } else { best });
+                (s > conf).then_some((s, i, c))
+            })
+            .collect(),
+    }
 }
 
 /// Greedy NMS within each class; the result sorted by score, descending.
@@ -93,9 +103,13 @@ mod tests {
         // Two anchors, two classes: anchor 0 scores 0.5 and 0.4 (both kept: different classes).
         let pred = [10.0, 50.0, 10.0, 50.0, 30.0, 70.0, 30.0, 70.0, 0.5, 0.0001, 0.4, 0.0002];
         let cfg = NmsConfig { conf: 0.001, iou: 0.65, max_det: 300, max_candidates: 30000 };
-        let dets = detect(&pred, 2, 2, 0.5, 100, 100, &cfg);
+        let dets = detect(&pred, 2, Labels::Multi, 2, 0.5, (100, 100), &cfg);
         assert_eq!(dets.len(), 2);
         assert_eq!(dets[0].xyxy, [20.0, 20.0, 60.0, 60.0]);
         assert_eq!((dets[0].class, dets[1].class), (0, 1));
+        // YOLOX's postprocess: anchor 0's best class alone.
+        let best = detect(&pred, 2, Labels::Best, 2, 0.5, (100, 100), &cfg);
+        let got: Vec<(usize, f32)> = best.iter().map(|d| (d.class, d.score)).collect();
+        assert_eq!(got, vec![(0, 0.5)]);
     }
 }
