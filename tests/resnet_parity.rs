@@ -79,3 +79,22 @@ fn narrow_resnet_logits_batch_norm_loss_and_gradients_match_libreyolo() {
     }
     assert_eq!(stats, 20 * 3, "running mean, var and count of 20 BatchNorms");
 }
+
+/// Two layers whose `params` prefixes make the same parameter are a topology error naming the
+/// layer and the key, not a store with two entries of one name.
+#[test]
+fn clashing_params_prefixes_are_an_error() {
+    #[derive(serde::Deserialize)]
+    struct Topology {
+        layers: Vec<libreyolo_families::LayerSpec>,
+    }
+    let text = r#"layers = [
+      { name = "stem", params = "", block = "ResNetStem", args = { out = 8 } },
+      { name = "stem2", params = "", from = "images", block = "ResNetStem", args = { out = 8 } },
+      { name = "head", params = "", block = "Classify" },
+    ]"#;
+    let topology: Topology = toml::from_str(text).unwrap();
+    let Err(err) = libreyolo_families::Network::build(&topology.layers, 5, false, &Device::flex(), 0) else { panic!("the clash was not an error") };
+    assert_eq!((err.layer, err.key.as_deref()), (1, Some("params")));
+    assert!(err.message.contains("`conv1.weight`"), "{}", err.message);
+}

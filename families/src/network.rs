@@ -50,6 +50,7 @@ impl Network {
     pub fn build(specs: &[LayerSpec], nc: usize, with_aux: bool, device: &Device, seed: u64) -> Result<(Network, ParamStore), TopologyError> {
         let mut state = BuildState::new(seed);
         let mut b = state.builder(device);
+        let mut keys: std::collections::HashSet<String> = Default::default();
         let mut layers: Vec<Layer> = vec![];
         // Per built layer: its output map (None for heads).
         let mut shapes: Vec<Option<Shape>> = vec![];
@@ -91,6 +92,7 @@ impl Network {
                 e.help = did_you_mean(&spec.block, &known).map(|k| format!("did you mean `{k}`?")).or_else(|| Some(format!("blocks: {}", known.join(", "))));
                 return Err(e);
             };
+            let before = b.len();
             let mut pb = b.pp(spec.params.as_deref().unwrap_or(&spec.name));
             let mut build = BlockBuild { params: &mut pb, inputs: &in_shapes, nc, name: &spec.name, args: Args::new(i, &spec.block, &spec.args) };
             let (block, shape) = (kind.build)(&mut build)?;
@@ -105,6 +107,18 @@ impl Network {
                 *slot = Some(layers.len());
             }
             build.args.finish(kind.args)?;
+            // Names are unique, but `params` can put two layers' parameters under one prefix.
+            for key in b.names_since(before) {
+                if !keys.insert(key.to_string()) {
+                    let which = if spec.params.is_some() { "params" } else { "name" };
+                    return Err(TopologyError::new(
+                        i,
+                        Some(which),
+                        format!("layer `{}` makes parameter `{key}`, which an earlier layer already has", spec.name),
+                    )
+                    .with_help("give the layer a `params` prefix of its own"));
+                }
+            }
             names.insert(spec.name.clone(), layers.len());
             previous = Source::Layer(layers.len());
             shapes.push(shape);

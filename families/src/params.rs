@@ -170,7 +170,6 @@ impl ParamStore {
     }
 
     fn push(&mut self, name: String, role: Role, value: Value) -> ParamId {
-        debug_assert!(self.find(&name).is_none(), "duplicate parameter name {name}");
         self.entries.push(Entry { name, role, value });
         ParamId(self.entries.len() - 1)
     }
@@ -256,6 +255,20 @@ impl Builder<'_> {
     pub fn pp(&mut self, name: impl std::fmt::Display) -> Builder<'_> {
         let prefix = if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) };
         Builder { store: self.store, rng: self.rng, device: self.device.clone(), prefix }
+    }
+
+    /// The names of the entries made since the store held `start` of them.
+    pub fn names_since(&self, start: usize) -> impl Iterator<Item = &str> {
+        self.store.entries[start..].iter().map(|e| e.name.as_str())
+    }
+
+    /// How many entries the store holds.
+    pub fn len(&self) -> usize {
+        self.store.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.entries.is_empty()
     }
 
     fn key(&self, leaf: &str) -> String {

@@ -1,6 +1,6 @@
 //! From decoded predictions to final detections (LibreYOLO's postprocess): every (anchor,
 //! class) with score above `conf` is a candidate (`Labels::Multi`, YOLOv9), or each anchor's best
-//! class alone (`Labels::Best`, YOLOX); the best
+//! class alone (`Labels::Best`, YOLOX); for multi-label candidates the best
 //! `max_candidates` are kept; boxes are mapped back through the letterbox and clipped;
 //! class-aware NMS at `iou`; the best `max_det` remain.
 
@@ -27,7 +27,10 @@ pub struct NmsConfig {
 pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, ratio: f32, (width, height): (u32, u32), cfg: &NmsConfig) -> Vec<Det> {
     let mut candidates = candidates(pred, nc, labels, a, cfg.conf);
     candidates.sort_by(|x, y| y.0.total_cmp(&x.0));
-    candidates.truncate(cfg.max_candidates);
+    if labels == Labels::Multi {
+        // LibreYOLO's YOLOX postprocess keeps every anchor above `conf` (at most one each).
+        candidates.truncate(cfg.max_candidates);
+    }
     let (w, h) = (width as f32, height as f32);
     let mut dets: Vec<Det> = candidates
         .into_iter()
