@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use libreyolo_stages::data::cache::CacheMode;
 use libreyolo_stages::data::labels::label_path;
-use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig, sample};
+use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig, Transform, sample};
 
 fn coco128() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/coco128.yaml")
@@ -45,7 +45,7 @@ fn sharded(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32,
             shuffle: true,
             drop_last: true,
             prefetch: 2,
-            augment: Some(augment()),
+            transform: Transform::Detect(augment()),
             shard,
         },
     )

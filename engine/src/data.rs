@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use libreyolo_stages::data::cache::CacheMode as StageCache;
-use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig};
+use libreyolo_stages::data::{Augment, ClassifyAugment, Dataset, DatasetConfig, Layout, Loader, LoaderConfig, Transform};
 
 use crate::manifest::{CacheMode, Diagnostic, KeyPath, LoadedManifest, Part};
 
@@ -52,7 +52,36 @@ pub fn open(loaded: &LoadedManifest, cfg: &DatasetConfig, split: Split) -> Resul
         CacheMode::Disk => StageCache::Disk,
     };
     let target = (m.run.imgsz.height(), m.run.imgsz.width());
-    Dataset::open(name, sources, cfg.nc(), target, cache).map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
+    let opened = match cfg.layout {
+        Layout::Yolo => Dataset::open(name, sources, cfg.nc(), target, cache),
+        Layout::Folder => Dataset::open_folder(name, sources, &cfg.names, cache),
+    };
+    opened.map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
+}
+
+/// How a run's loaders make samples: by the dataset's layout (boxes: detection's pipeline;
+/// class folders: classification's).
+#[derive(Debug, Clone, Copy)]
+pub struct Transforms {
+    pub train: Transform,
+    /// The last `no_aug_epochs` (detection: mosaic closed; classification has no strong
+    /// augmentation to close).
+    pub closed: Transform,
+    pub val: Transform,
+}
+
+pub fn transforms(loaded: &LoadedManifest, layout: Layout) -> Transforms {
+    let a = &loaded.manifest.augment;
+    match layout {
+        Layout::Yolo => {
+            let aug = augment(loaded);
+            Transforms { train: Transform::Detect(aug), closed: Transform::Detect(aug.without_mosaic()), val: Transform::Letterbox }
+        }
+        Layout::Folder => {
+            let aug = Transform::Classify(ClassifyAugment { scale: a.crop_scale, flip_prob: a.flip_prob, flipud: a.flipud });
+            Transforms { train: aug, closed: aug, val: Transform::CentreCrop { crop_pct: a.crop_pct } }
+        }
+    }
 }
 
 /// The manifest's augmentation settings.
@@ -73,8 +102,8 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
     }
 }
 
-/// A loader over `dataset` at the manifest's settings; `augment: None` for validation.
-pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, augment: Option<Augment>, shard: (usize, usize)) -> Loader {
+/// A loader over `dataset` at the manifest's settings making samples by `transform`.
+pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, transform: Transform, shard: (usize, usize)) -> Loader {
     let m = &loaded.manifest;
     Loader::new(
         dataset,
@@ -85,10 +114,10 @@ pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, augm
             workers: m.data.workers.max(1),
             seed: m.run.seed,
             max_labels: m.data.max_labels,
-            shuffle: augment.is_some(),
-            drop_last: augment.is_some(),
+            shuffle: transform.is_training(),
+            drop_last: transform.is_training(),
             prefetch: 4,
-            augment,
+            transform,
             shard,
         },
     )

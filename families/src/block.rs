@@ -73,6 +73,28 @@ pub trait Head {
     fn as_detector(&self) -> Option<&dyn Detector> {
         None
     }
+    /// The head as a classifier (its maps are class logits), if it is one.
+    fn as_classifier(&self) -> Option<&dyn Classifier> {
+        None
+    }
+    /// What validation and the eval graphs read of the raw maps, in f32, as one `(B, R, A)`
+    /// tensor: a detector's decode `(B, 4 + nc, A)`; a classifier's class probabilities
+    /// `(B, nc, 1)`.
+    fn eval(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+        if let Some(d) = self.as_detector() {
+            return d.decode(maps);
+        }
+        let c = self.as_classifier().expect("a head is a detector or a classifier");
+        let p = c.probabilities(maps);
+        let [b, nc] = p.dims();
+        p.reshape([b, nc, 1])
+    }
+}
+
+/// A classification head: validation reads its class probabilities, the loss its logits.
+pub trait Classifier: Head {
+    /// Softmax probabilities `(B, nc)` of the raw maps, in f32.
+    fn probabilities(&self, maps: &[Tensor<4>]) -> Tensor<2>;
 }
 
 /// A detection head: validation, predict, the eval graphs and the losses read its strides, and

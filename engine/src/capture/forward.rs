@@ -12,8 +12,9 @@ use libreyolo_families::{Ctx, Network, ParamStore};
 
 use super::{GraphOps, ShapeKey, refresh, stable_copy};
 
-/// The forward to run or capture: images `(B, 3, H, W)` in [0, 1] to decoded predictions
-/// `(B, 4 + nc, A)` in f32.
+/// The forward to run or capture: images `(B, 3, H, W)` in [0, 1] to the head's eval output in
+/// f32 (a detector's decoded predictions `(B, 4 + nc, A)`, a classifier's probabilities
+/// `(B, nc, 1)`).
 pub type ForwardFn<'a> = Rc<dyn Fn(Tensor<4>) -> Tensor<3> + 'a>;
 
 type Closure<'a> = Box<dyn FnMut() -> Tensor<3> + 'a>;
@@ -50,11 +51,10 @@ pub fn fused_eval_forward<'a>(network: &'a Network, params: &'a ParamStore, comp
     Rc::new(move |x| decoded(network, &cx, x))
 }
 
-/// `network`'s forward in `cx` (which casts the images to its compute dtype), decoded, in f32.
+/// `network`'s forward in `cx` (which casts the images to its compute dtype), as its head's
+/// eval output ([`Head::eval`](libreyolo_families::block::Head::eval)), in f32.
 fn decoded(network: &Network, cx: &Ctx, x: Tensor<4>) -> Tensor<3> {
-    // Callers (validation, predict) asked for the detector before building the forward.
-    let detector = network.detector("a decoded forward").expect("a detection network");
-    detector.decode(&network.forward(x, cx, false).main).cast(FloatDType::F32)
+    network.head().eval(&network.forward(x, cx, false).main).cast(FloatDType::F32)
 }
 
 impl Forward<'_> {

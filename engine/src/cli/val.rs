@@ -1,7 +1,8 @@
-//! `libreyolo-run val MANIFEST weights=PATH [json=PATH] [save_json=PATH] [key=value ...]`: COCO mAP of a set of
-//! weights on the dataset's `val` split, exactly as validation during training computes it
-//! (letterbox, eval forward in the manifest's compute dtype, multi-label candidates,
-//! class-aware NMS, COCO evaluation), like LibreYOLO's `model.val(data=...)`.
+//! `libreyolo-run val MANIFEST weights=PATH [json=PATH] [save_json=PATH] [key=value ...]`: the
+//! metrics of a set of weights on the dataset's `val` split, exactly as validation during
+//! training computes them, like LibreYOLO's `model.val(data=...)`: for a detector COCO mAP
+//! (letterbox, eval forward in the manifest's compute dtype, the head's candidates, class-aware
+//! NMS, COCO evaluation), for a classifier top-1/top-5 accuracy (centre crop).
 //!
 //! `weights` takes our checkpoints (their EMA weights), safetensors state dicts with
 //! LibreYOLO's key names, and LibreYOLO's own `.pt` checkpoints, so one validator can score
@@ -16,7 +17,6 @@ use super::Failure;
 use crate::data::{self, Split};
 use crate::manifest;
 use crate::train::{nominal_batch, precision::Precision, validate};
-use libreyolo_stages::val::coco::STAT_NAMES;
 
 #[derive(Debug, Args)]
 pub struct ValArgs {
@@ -66,16 +66,18 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
     let precision = Precision::new(m, resolved.backend, &device)?;
 
-    let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), None, (0, 1));
+    let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), data::transforms(&loaded, cfg.layout).val, (0, 1));
     let nms = validate::nms_config(&m.val);
+    let task = validate::Task::of(&network);
     let start = std::time::Instant::now();
-    let (stats, dets) =
-        validate::validate(network.detector("`val`")?, &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
-    let seconds = start.elapsed().as_secs_f64();
+    let out = validate::run(&network, &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
+    let (seconds, dets, names) = (start.elapsed().as_secs_f64(), out.detections, task.metric_names());
     let detections = dets.len();
     let dtype = precision.compute.map(|d| format!("{d:?}")).unwrap_or_else(|| "F32".into());
-    println!("val: {} images of {} on {} ({dtype}), {detections} detections in {seconds:.1}s", dataset.len(), cfg.yaml.display(), resolved.describe());
-    println!("  mAP50-95 {:.4}  mAP50 {:.4}  mAP75 {:.4}", stats[0].max(0.0), stats[1].max(0.0), stats[2].max(0.0));
+    let found = if task == validate::Task::Detect { format!(", {detections} detections") } else { String::new() };
+    println!("val: {} images of {} on {} ({dtype}){found} in {seconds:.1}s", dataset.len(), cfg.yaml.display(), resolved.describe());
+    let figures: Vec<String> = names.iter().zip(&out.metrics).take(3).map(|(n, v)| format!("{n} {:.4}", v.max(0.0))).collect();
+    println!("  {}", figures.join("  "));
     if let Some(path) = save_json {
         // LibreYOLO's predictions.json: image_id (the split's index), category_id (the class),
         // bbox [x, y, w, h] in original pixels, score.
@@ -87,7 +89,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     }
     if let Some(path) = json {
         let metrics: serde_json::Map<String, serde_json::Value> =
-            STAT_NAMES.iter().zip(stats).map(|(name, v)| (format!("metrics/{name}"), serde_json::json!(v))).collect();
+            names.iter().zip(&out.metrics).map(|(name, v)| (format!("metrics/{name}"), serde_json::json!(v))).collect();
         let doc = serde_json::json!({
             "weights": weights, "data": cfg.yaml, "images": dataset.len(), "detections": detections,
             "compute_dtype": dtype, "seconds": seconds, "metrics": metrics,

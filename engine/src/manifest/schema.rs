@@ -221,6 +221,10 @@ pub struct AugmentSettings {
     pub flipud: f64,
     /// Mosaic is closed for the last this-many epochs.
     pub no_aug_epochs: u32,
+    /// Classification: the random resized crop's area range (LibreYOLO's `scale`).
+    pub crop_scale: [f64; 2],
+    /// Classification: evaluation resizes to `imgsz / crop_pct`, then centre-crops.
+    pub crop_pct: f64,
 }
 
 impl Default for AugmentSettings {
@@ -239,6 +243,8 @@ impl Default for AugmentSettings {
             flip_prob: 0.5,
             flipud: 0.0,
             no_aug_epochs: 15,
+            crop_scale: [0.5, 1.0],
+            crop_pct: libreyolo_stages::data::classify::CROP_PCT,
         }
     }
 }

@@ -103,6 +103,13 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
             return bad(key, format!("`{key}` must be [low, high] with 0 < low <= high; got [{lo}, {hi}]"), "invalid range".into());
         }
     }
+    let [lo, hi] = m.augment.crop_scale;
+    if !(lo > 0.0 && lo <= hi && hi <= 1.0) {
+        return bad("augment.crop_scale", format!("`augment.crop_scale` must be [low, high] with 0 < low <= high <= 1; got [{lo}, {hi}]"), "invalid range".into());
+    }
+    if !(m.augment.crop_pct > 0.0 && m.augment.crop_pct <= 1.0) {
+        return bad("augment.crop_pct", format!("`augment.crop_pct` must be in (0, 1]; got {}", m.augment.crop_pct), "out of range".into());
+    }
     if m.capture.threshold == 0 {
         return bad("capture.threshold", "`capture.threshold` must be at least 1".into(), "must be >= 1".into());
     }

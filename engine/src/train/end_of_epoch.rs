@@ -57,7 +57,7 @@ impl EndOfEpoch {
             // Every replica trains on as many images.
             images_per_s: (out.images * t.replica.world()) as f64 / seconds,
             seconds,
-            map: None,
+            metrics: None,
         };
         if out.end == EpochEnd::Interrupted {
             // Interrupted mid-epoch (every replica at the same step): keep what was learnt, but
@@ -78,10 +78,10 @@ impl EndOfEpoch {
         };
         let validate_now = m.val.enabled && m.val.eval_interval > 0 && ((epoch + 1).is_multiple_of(m.val.eval_interval as usize) || epoch + 1 == epochs);
         if validate_now && let Some(vl) = val {
-            record.map = Some(self.validate(t, vl)?);
+            record.metrics = Some(self.validate(t, vl)?);
         }
         self.checkpoint(t, run, state, &record, epoch)?;
-        let validated = record.map.is_some();
+        let validated = record.metrics.is_some();
         self.last = Some(record);
         if STOP.load(Ordering::SeqCst) {
             self.interrupted = true;
@@ -95,7 +95,8 @@ impl EndOfEpoch {
             && epoch + 1 < epochs
         {
             let line = format!(
-                "early stopping: no improvement in mAP50-95 for {} epochs (best {:.4} at epoch {}); patience={}",
+                "early stopping: no improvement in {} for {} epochs (best {:.4} at epoch {}); patience={}",
+                t.task().metric_names()[0],
                 epoch - best,
                 state.best_fitness.unwrap_or(0.0),
                 best + 1,
@@ -108,35 +109,32 @@ impl EndOfEpoch {
         Ok(if t.replica.agree_stop_after_epoch(self.interrupted || self.stopped_early) { After::Stop } else { After::Continue })
     }
 
-    /// COCO stats of the EMA weights (the model's without EMA) on the validation set.
-    fn validate(&mut self, t: &Trainer<'_>, loader: &Loader) -> anyhow::Result<[f64; 12]> {
+    /// The task's metrics of the EMA weights (the model's without EMA) on the validation set.
+    fn validate(&mut self, t: &Trainer<'_>, loader: &Loader) -> anyhow::Result<Vec<f64>> {
         let started = Instant::now();
         let forward = validation_forward(t);
-        let (device, head, dtype) = (&t.device, t.model.network.detector("validation")?, t.precision.compute);
-        let (stats, dets) = match self.val_graphs.as_mut() {
+        let (device, network, dtype) = (&t.device, &t.model.network, t.precision.compute);
+        let out = match self.val_graphs.as_mut() {
             // A captured run replays validation's forward too (LibreYOLO's validation graph).
-            Some(graphs) => validate::validate(head, loader, device, &self.nms, &mut |x| {
+            Some(graphs) => validate::run(network, loader, device, &self.nms, &mut |x| {
                 let mut ops = Forward { f: forward.clone(), device: device.clone(), input: x, dtype };
                 graphs.run(&ops.key(), &mut ops)
             })?,
-            None => validate::validate(head, loader, device, &self.nms, &mut |x| forward(x))?,
+            None => validate::run(network, loader, device, &self.nms, &mut |x| forward(x))?,
         };
-        eprintln!(
-            "  val: mAP50-95 {:.4}  mAP50 {:.4}  ({} detections, {:.1}s)",
-            stats[0].max(0.0),
-            stats[1].max(0.0),
-            dets.len(),
-            started.elapsed().as_secs_f64()
-        );
-        Ok(stats)
+        let names = t.task().metric_names();
+        let figures: Vec<String> = names.iter().zip(&out.metrics).take(2).map(|(n, v)| format!("{n} {:.4}", v.max(0.0))).collect();
+        let detections = if t.task() == validate::Task::Detect { format!("{} detections, ", out.detections.len()) } else { String::new() };
+        eprintln!("  val: {}  ({detections}{:.1}s)", figures.join("  "), started.elapsed().as_secs_f64());
+        Ok(out.metrics)
     }
 
     /// `last` (and `best` when this epoch's fitness is the best yet, `epoch_N` every
     /// `save_period`), the records, the log line and the plots.
     fn checkpoint(&self, t: &Trainer<'_>, run: &mut RunDir, state: &mut TrainState, record: &EpochRecord, epoch: usize) -> anyhow::Result<()> {
         let m = &t.loaded.manifest;
-        if let Some(stats) = record.map {
-            let fitness = stats[0].max(0.0);
+        if let Some(metrics) = &record.metrics {
+            let fitness = metrics[0].max(0.0);
             if state.best_fitness.is_none_or(|b| fitness > b) {
                 state.best_fitness = Some(fitness);
                 state.best_epoch = Some(epoch);
@@ -148,7 +146,8 @@ impl EndOfEpoch {
         if m.run.save_period > 0 && (epoch + 1).is_multiple_of(m.run.save_period as usize) {
             std::fs::copy(run.weights("last"), run.weights(&format!("epoch_{}", epoch + 1)))?;
         }
-        run.record(record)?;
+        let names = t.task().metric_names();
+        run.record(record, names)?;
         let losses: Vec<String> = record.losses.iter().map(|(n, v)| format!("{n} {v:.4}")).collect();
         run.log(&format!(
             "epoch {}/{}: {} lr {:.6} {:.1} img/s{}",
@@ -157,9 +156,9 @@ impl EndOfEpoch {
             losses.join(" "),
             record.lr,
             record.images_per_s,
-            record.map.map(|s| format!(" mAP50-95 {:.4} mAP50 {:.4}", s[0], s[1])).unwrap_or_default()
+            record.metrics.as_ref().map(|m| names.iter().zip(m).take(2).map(|(n, v)| format!(" {n} {v:.4}")).collect::<String>()).unwrap_or_default()
         ));
-        if let Err(e) = plots::draw(&run.path, &run.records()) {
+        if let Err(e) = plots::draw(&run.path, &run.records(), names) {
             tracing::warn!("could not draw the plots: {e:#}");
         }
         Ok(())

@@ -30,12 +30,12 @@ pub struct Loaders {
 
 fn loaders(loaded: &LoadedManifest, datasets: &Datasets, batch: usize, replica: &Replica) -> anyhow::Result<Loaders> {
     let rank_batch = crate::distributed::per_rank_batch(batch, replica.world()).map_err(anyhow::Error::msg)?;
-    let aug = data::augment(loaded);
+    let t = data::transforms(loaded, datasets.cfg.layout);
     let train = datasets.train.clone();
     Ok(Loaders {
-        mosaic: data::loader(loaded, train.clone(), rank_batch, Some(aug), replica.shard()),
-        no_mosaic: data::loader(loaded, train, rank_batch, Some(aug.without_mosaic()), replica.shard()),
-        val: datasets.val.clone().filter(|_| replica.is_main()).map(|ds| data::loader(loaded, ds, batch, None, (0, 1))),
+        mosaic: data::loader(loaded, train.clone(), rank_batch, t.train, replica.shard()),
+        no_mosaic: data::loader(loaded, train, rank_batch, t.closed, replica.shard()),
+        val: datasets.val.clone().filter(|_| replica.is_main()).map(|ds| data::loader(loaded, ds, batch, t.val, (0, 1))),
     })
 }
 

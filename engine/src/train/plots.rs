@@ -61,15 +61,16 @@ fn line_plot(path: &Path, title: &str, series: &[(&str, Vec<(f64, f64)>)]) -> an
     Ok(())
 }
 
-/// `losses.png` and `map.png` in `dir`.
-pub fn draw(dir: &Path, records: &[EpochRecord]) -> anyhow::Result<()> {
+/// `losses.png` and `metrics.png` (the first two validation metrics, named `metrics`) in `dir`.
+pub fn draw(dir: &Path, records: &[EpochRecord], metrics: &[&str]) -> anyhow::Result<()> {
     let pts = |f: &dyn Fn(&EpochRecord) -> f64| records.iter().map(|r| (r.epoch as f64 + 1.0, f(r))).collect::<Vec<_>>();
     let names: Vec<String> = records.last().map(|r| r.losses.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
     let series: Vec<(&str, Vec<(f64, f64)>)> =
         names.iter().enumerate().map(|(i, name)| (name.as_str(), pts(&|r: &EpochRecord| r.losses.get(i).map_or(f64::NAN, |(_, v)| *v)))).collect();
     line_plot(&dir.join("losses.png"), "training losses", &series)?;
-    let validated: Vec<&EpochRecord> = records.iter().filter(|r| r.map.is_some()).collect();
-    let mpts = |i: usize| validated.iter().map(|r| (r.epoch as f64 + 1.0, r.map.unwrap()[i])).collect::<Vec<_>>();
-    line_plot(&dir.join("map.png"), "validation mAP (EMA weights)", &[("mAP50-95", mpts(0)), ("mAP50", mpts(1))])?;
+    let validated: Vec<(f64, &Vec<f64>)> = records.iter().filter_map(|r| r.metrics.as_ref().map(|m| (r.epoch as f64 + 1.0, m))).collect();
+    let series: Vec<(&str, Vec<(f64, f64)>)> =
+        metrics.iter().take(2).enumerate().map(|(i, name)| (*name, validated.iter().map(|(e, m)| (*e, m.get(i).copied().unwrap_or(f64::NAN))).collect())).collect();
+    line_plot(&dir.join("metrics.png"), "validation (EMA weights)", &series)?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 /// The per-epoch and per-step records and their plots, which belong to one run.
-const RECORDS: [&str; 5] = ["results.csv", "metrics.jsonl", "steps.csv", "losses.png", "map.png"];
+const RECORDS: [&str; 5] = ["results.csv", "metrics.jsonl", "steps.csv", "losses.png", "metrics.png"];
 
 pub struct RunDir {
     pub path: PathBuf,
@@ -25,9 +25,10 @@ pub struct EpochRecord {
     pub lr: f64,
     pub images_per_s: f64,
     pub seconds: f64,
-    /// COCO stats when validated this epoch.
+    /// The task's validation metrics when validated this epoch (`Task::metric_names` order:
+    /// COCO stats, or top-1/top-5 accuracy).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub map: Option<[f64; 12]>,
+    pub metrics: Option<Vec<f64>>,
 }
 
 /// One training step's figures (a row of `steps.csv`).
@@ -95,8 +96,9 @@ impl RunDir {
         std::fs::write(self.path.join("manifest.toml"), text).context("writing manifest.toml")
     }
 
-    /// Appends an epoch to `results.csv` and `metrics.jsonl`.
-    pub fn record(&self, r: &EpochRecord) -> anyhow::Result<()> {
+    /// Appends an epoch to `results.csv` (its validation columns named `metrics`) and
+    /// `metrics.jsonl`.
+    pub fn record(&self, r: &EpochRecord, metrics: &[&str]) -> anyhow::Result<()> {
         let csv = self.path.join("results.csv");
         let new = !csv.exists();
         let mut f = OpenOptions::new().create(true).append(true).open(&csv)?;
@@ -106,7 +108,7 @@ impl RunDir {
                 header.push_str(&format!(",train/{name}_loss"));
             }
             header.push_str(",lr,images_per_s,seconds");
-            for name in libreyolo_stages::val::coco::STAT_NAMES {
+            for name in metrics {
                 header.push_str(&format!(",metrics/{name}"));
             }
             writeln!(f, "{header}")?;
@@ -116,7 +118,8 @@ impl RunDir {
             row.push_str(&format!(",{v:.6}"));
         }
         row.push_str(&format!(",{:.8},{:.2},{:.2}", r.lr, r.images_per_s, r.seconds));
-        for v in r.map.unwrap_or([f64::NAN; 12]) {
+        let values = r.metrics.clone().unwrap_or_else(|| vec![f64::NAN; metrics.len()]);
+        for v in values {
             if v.is_nan() { row.push(',') } else { row.push_str(&format!(",{v:.6}")) }
         }
         writeln!(f, "{row}")?;
@@ -165,8 +168,8 @@ mod tests {
     fn a_fresh_run_in_a_reused_directory_starts_its_records_afresh() {
         let project = tempfile::tempdir().unwrap();
         let first = RunDir::create(project.path(), "run", true, false).unwrap();
-        first.record(&epoch(0)).unwrap();
-        first.record(&epoch(1)).unwrap();
+        first.record(&epoch(0), &["top1"]).unwrap();
+        first.record(&epoch(1), &["top1"]).unwrap();
         first.record_steps(1, &["box"], &[StepRecord::default()]).unwrap();
         std::fs::write(first.weights("last"), b"weights").unwrap();
 
@@ -177,7 +180,7 @@ mod tests {
         assert_eq!(fresh.path, first.path);
         assert!(fresh.records().is_empty(), "the previous run's epochs are gone");
         assert!(!fresh.path.join("steps.csv").exists() && !fresh.path.join("results.csv").exists());
-        fresh.record(&epoch(0)).unwrap();
+        fresh.record(&epoch(0), &["top1"]).unwrap();
         let csv = std::fs::read_to_string(fresh.path.join("results.csv")).unwrap();
         assert_eq!(csv.lines().count(), 2, "a header and one row:\n{csv}");
     }

@@ -178,6 +178,11 @@ pub fn stages(
 }
 
 impl<'a> Trainer<'a> {
+    /// What the network's head does: how the run validates and what it records.
+    pub fn task(&self) -> super::validate::Task {
+        super::validate::Task::of(&self.model.network)
+    }
+
     /// The trainer of `replica` for a run at global `batch`, `iters_per_epoch` optimizer steps an
     /// epoch.
     pub fn new(

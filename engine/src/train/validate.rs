@@ -1,10 +1,13 @@
-//! Validation on the EMA weights: letterboxed batches, the network in eval mode, decoded
-//! predictions read back once per batch, multi-label candidates, class-aware NMS, then COCO
-//! mAP against the split's labels.
+//! Validation on the EMA weights, by what the network's head does ([`Task`]). Detection:
+//! letterboxed batches, the network in eval mode, decoded predictions read back once per batch,
+//! the head's candidates, class-aware NMS, then COCO mAP against the split's labels.
+//! Classification: centre-cropped batches, class probabilities read back once per batch, top-1
+//! and top-5 accuracy.
 
 use std::sync::Arc;
 
 use burn::tensor::{Device, Tensor};
+use libreyolo_families::Network;
 use libreyolo_families::block::Detector;
 use libreyolo_stages::data::{Dataset, Loader};
 use libreyolo_stages::val::coco::{self, Detection};
@@ -15,6 +18,69 @@ use libreyolo_stages::kinds::data_yolo::upload;
 /// The manifest's validation NMS (`val.conf`, `val.iou`, `val.max_det`, `val.max_candidates`).
 pub fn nms_config(val: &crate::manifest::ValSettings) -> NmsConfig {
     NmsConfig { conf: val.conf as f32, iou: val.iou as f32, max_det: val.max_det, max_candidates: val.max_candidates }
+}
+
+/// What a network's head does, which decides how it is validated and what a run records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Detect,
+    Classify,
+}
+
+/// Ultralytics' and LibreYOLO's names of the classification metrics.
+pub const CLASSIFY_METRICS: [&str; 2] = ["accuracy_top1", "accuracy_top5"];
+
+impl Task {
+    pub fn of(network: &Network) -> Task {
+        if network.head().as_classifier().is_some() { Task::Classify } else { Task::Detect }
+    }
+
+    /// The metrics a validation gives, in order; the first is the run's fitness (best weights,
+    /// early stopping).
+    pub fn metric_names(self) -> &'static [&'static str] {
+        match self {
+            Task::Detect => &coco::STAT_NAMES,
+            Task::Classify => &CLASSIFY_METRICS,
+        }
+    }
+}
+
+/// A validation's figures: the task's metrics in [`Task::metric_names`] order, and the
+/// detections they score (detection).
+pub struct Validated {
+    pub metrics: Vec<f64>,
+    pub detections: Vec<Detection>,
+}
+
+/// Validates `network` on the loader's split, with `forward` mapping a batch of images to the
+/// head's eval output (eager, or through a captured graph).
+pub fn run(network: &Network, loader: &Loader, device: &Device, nms_cfg: &NmsConfig, forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>) -> anyhow::Result<Validated> {
+    match network.head().as_detector() {
+        Some(head) => validate(head, loader, device, nms_cfg, forward).map(|(stats, detections)| Validated { metrics: stats.to_vec(), detections }),
+        None => Ok(Validated { metrics: classify(loader, device, forward)?.to_vec(), detections: vec![] }),
+    }
+}
+
+/// Top-1 and top-5 accuracy on the loader's split: an image counts for top-k when fewer than
+/// k classes score above its own.
+pub fn classify(loader: &Loader, device: &Device, forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>) -> anyhow::Result<[f64; 2]> {
+    let (mut top1, mut top5, mut images) = (0usize, 0usize, 0usize);
+    for batch in loader.epoch(0).iter() {
+        let labels: Vec<usize> = batch.targets.chunks_exact(batch.max_labels * 5).map(|rows| rows[0] as usize).collect();
+        let (x, _) = libreyolo_stages::kinds::data_classify::upload(batch, device)?;
+        let probs = forward(x);
+        let [b, nc, _] = probs.dims();
+        let values = probs.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        for (k, &label) in labels.iter().enumerate().take(b) {
+            let p = &values[k * nc..(k + 1) * nc];
+            let above = p.iter().filter(|&&v| v > p[label]).count();
+            top1 += usize::from(above < 1);
+            top5 += usize::from(above < 5);
+        }
+        images += b;
+    }
+    anyhow::ensure!(images > 0, "the validation split gave no images");
+    Ok([top1 as f64 / images as f64, top5 as f64 / images as f64])
 }
 
 /// COCO stats (`coco::STAT_NAMES` order) on the loader's split and the detections they score,

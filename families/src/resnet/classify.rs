@@ -4,9 +4,10 @@
 
 use std::rc::Rc;
 
-use burn::tensor::Tensor;
+use burn::tensor::activation::softmax;
+use burn::tensor::{FloatDType, Tensor};
 
-use crate::block::{BlockKind, Head, Layer, Out};
+use crate::block::{BlockKind, Classifier, Head, Layer, Out};
 use crate::ctx::Ctx;
 use crate::params::ParamId;
 
@@ -45,6 +46,16 @@ impl Layer for Classify {
 impl Head for Classify {
     fn nc(&self) -> usize {
         self.nc
+    }
+    fn as_classifier(&self) -> Option<&dyn Classifier> {
+        Some(self)
+    }
+}
+
+impl Classifier for Classify {
+    fn probabilities(&self, maps: &[Tensor<4>]) -> Tensor<2> {
+        let [b, nc, _, _] = maps[0].dims();
+        softmax(maps[0].clone().cast(FloatDType::F32).reshape([b, nc]), 1)
     }
 }
 

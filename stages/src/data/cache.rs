@@ -20,11 +20,11 @@ pub enum CacheMode {
 pub enum ImageCache {
     None,
     Ram(Vec<OnceLock<Result<Arc<RgbImage>, String>>>),
-    Disk { target: (u32, u32) },
+    Disk { target: Option<(u32, u32)> },
 }
 
 impl ImageCache {
-    pub fn new(mode: CacheMode, len: usize, target: (u32, u32)) -> Self {
+    pub fn new(mode: CacheMode, len: usize, target: Option<(u32, u32)>) -> Self {
         match mode {
             CacheMode::None => Self::None,
             CacheMode::Ram => Self::Ram((0..len).map(|_| OnceLock::new()).collect()),
@@ -65,9 +65,10 @@ impl ImageCache {
     }
 }
 
-fn sidecar_path(image: &Path, (h, w): (u32, u32)) -> PathBuf {
+/// `IMAGE.r{H}x{W}.rgb` for a pre-resized image, `IMAGE.rgb` for one at its own size.
+fn sidecar_path(image: &Path, target: Option<(u32, u32)>) -> PathBuf {
     let mut name = image.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".r{h}x{w}.rgb"));
+    name.push(target.map(|(h, w)| format!(".r{h}x{w}.rgb")).unwrap_or_else(|| ".rgb".into()));
     image.with_file_name(name)
 }
 

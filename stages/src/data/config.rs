@@ -8,6 +8,10 @@
 //! nc: 80                      # optional when names are given
 //! names: {0: person, 1: bicycle}   # or a list
 //! ```
+//!
+//! or, for classification, an ImageFolder directory as LibreYOLO's and torchvision's
+//! (`DIR/train/CLASS/*.jpg`, `DIR/val/CLASS/*.jpg`; the classes are `train`'s sub-folders in
+//! sorted order, as `torchvision.datasets.ImageFolder` numbers them).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,10 +52,21 @@ enum Names {
     Map(BTreeMap<usize, String>),
 }
 
+/// How a dataset's images carry their labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A YOLO dataset YAML: a `.txt` of boxes beside each image (detection).
+    Yolo,
+    /// An ImageFolder directory: an image's class is its folder (classification).
+    Folder,
+}
+
 /// A resolved dataset description.
 #[derive(Debug, Clone)]
 pub struct DatasetConfig {
+    /// The dataset YAML, or the ImageFolder directory.
     pub yaml: PathBuf,
+    pub layout: Layout,
     pub root: PathBuf,
     /// Each split as folders and/or `.txt` image lists.
     pub train: Vec<PathBuf>,
@@ -65,7 +80,11 @@ impl DatasetConfig {
         self.names.len()
     }
 
+    /// A dataset YAML, or an ImageFolder directory.
     pub fn load(yaml: &Path) -> Result<Self, ConfigError> {
+        if yaml.is_dir() {
+            return Self::folder(yaml);
+        }
         let text = std::fs::read_to_string(yaml).map_err(|source| ConfigError::Io { path: yaml.to_path_buf(), source })?;
         let raw: RawConfig = serde_yaml_ng::from_str(&text).map_err(|e| ConfigError::Yaml {
             path: yaml.to_path_buf(),
@@ -114,6 +133,52 @@ impl DatasetConfig {
             return Err(invalid("`train` is missing".into()));
         }
         let (val, test) = (split(raw.val), split(raw.test));
-        Ok(Self { yaml: yaml.to_path_buf(), root, train, val, test, names })
+        Ok(Self { yaml: yaml.to_path_buf(), layout: Layout::Yolo, root, train, val, test, names })
     }
+
+    /// An ImageFolder directory: `train/` (required) and `val/` (else `test/`), one sub-folder
+    /// per class; the classes are `train/`'s sub-folders, sorted. A split folder given for the
+    /// root (`DIR/train`) means its parent, as LibreYOLO reads it.
+    pub fn folder(dir: &Path) -> Result<Self, ConfigError> {
+        if let Some(parent) = dir.parent()
+            && dir.file_name().is_some_and(|n| ["train", "val", "test"].iter().any(|s| n == *s))
+            && parent.join("train").is_dir()
+        {
+            return Self::folder(parent);
+        }
+        let invalid = |message: String| ConfigError::Invalid { path: dir.to_path_buf(), message };
+        let train = dir.join("train");
+        if !train.is_dir() {
+            return Err(invalid("an ImageFolder dataset needs a `train/` folder with one sub-folder per class (train/CLASS/*.jpg)".into()));
+        }
+        let names = class_folders(&train).map_err(|source| ConfigError::Io { path: train.clone(), source })?;
+        if names.is_empty() {
+            return Err(invalid("`train/` has no class sub-folders (expected train/CLASS/*.jpg)".into()));
+        }
+        let val = ["val", "test"].iter().map(|s| dir.join(s)).find(|p| p.is_dir());
+        let test = dir.join("test");
+        Ok(Self {
+            yaml: dir.to_path_buf(),
+            layout: Layout::Folder,
+            root: dir.to_path_buf(),
+            train: vec![train],
+            val: val.into_iter().collect(),
+            test: if test.is_dir() { vec![test] } else { vec![] },
+            names,
+        })
+    }
+}
+
+/// The sub-folder names of `dir`, sorted (hidden ones left out).
+fn class_folders(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names = vec![];
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_dir() && !name.starts_with('.') {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
 }

@@ -48,8 +48,9 @@ pub struct Dataset {
     pub split: String,
     pub items: Vec<Item>,
     pub nc: usize,
-    /// Pre-resize target (height, width).
-    pub target: (u32, u32),
+    /// Pre-resize target (height, width): the longer side fitted to it; `None`: the image's own
+    /// size.
+    pub target: Option<(u32, u32)>,
     cache: ImageCache,
     /// Images that failed to decode after the scan (replaced by another image at load time).
     pub failed_decodes: AtomicUsize,
@@ -57,7 +58,8 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Scans `sources` (folders and/or `.txt` lists) of one split.
+    /// Scans `sources` (folders and/or `.txt` lists) of one split of a YOLO dataset: each
+    /// image's boxes from the `.txt` beside it.
     pub fn open(split: &str, sources: &[PathBuf], nc: usize, target: (u32, u32), cache: CacheMode) -> Result<Arc<Self>, DatasetError> {
         let mut files = vec![];
         for source in sources {
@@ -65,12 +67,56 @@ impl Dataset {
         }
         files.sort();
         files.dedup();
+        let files = files.into_iter().map(|f| (f, None)).collect();
+        Self::scan(split, sources, files, nc, Some(target), cache)
+    }
+
+    /// Scans one split of an ImageFolder dataset: every image of `source/CLASS/` labelled with
+    /// `CLASS`'s index in `names` (a box over the whole image), kept at its own size (the
+    /// classification crops are cut from the original, as torchvision's transforms do). A
+    /// sub-folder that is not one of `names` is skipped with a warning.
+    pub fn open_folder(split: &str, sources: &[PathBuf], names: &[String], cache: CacheMode) -> Result<Arc<Self>, DatasetError> {
+        let mut files = vec![];
+        for source in sources {
+            if !source.is_dir() {
+                return Err(DatasetError::Missing { split: split.into(), path: source.to_path_buf() });
+            }
+            let mut folders: Vec<PathBuf> = std::fs::read_dir(source)
+                .map_err(|e| DatasetError::Io { path: source.to_path_buf(), source: e })?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect();
+            folders.sort();
+            for folder in folders {
+                let name = folder.file_name().unwrap_or_default().to_string_lossy();
+                let Some(cls) = names.iter().position(|n| *n == name) else {
+                    if !name.starts_with('.') {
+                        tracing::warn!("{}: skipped: `{name}` is not one of the train split's classes", folder.display());
+                    }
+                    continue;
+                };
+                let mut images = vec![];
+                list_images(split, &folder, &mut images)?;
+                images.sort();
+                files.extend(images.into_iter().map(|f| (f, Some(cls as u32))));
+            }
+        }
+        Self::scan(split, sources, files, names.len(), None, cache)
+    }
+
+    /// The items of `files` (with their class when the folder gives it, else their label
+    /// file's boxes), unreadable ones skipped and reported.
+    fn scan(split: &str, sources: &[PathBuf], files: Vec<(PathBuf, Option<u32>)>, nc: usize, target: Option<(u32, u32)>, cache: CacheMode) -> Result<Arc<Self>, DatasetError> {
         let mut report = ScanReport::default();
         let scanned: Vec<Scanned> = files
             .par_iter()
-            .map(|f| {
+            .map(|(f, class)| {
                 let size = img::dimensions(f).map_err(|e| (f.clone(), e))?;
-                let (labels, warnings) = labels::read(&labels::label_path(f), nc);
+                let (labels, warnings) = match class {
+                    Some(cls) => (vec![Label { cls: *cls, x1: 0.0, y1: 0.0, x2: 1.0, y2: 1.0 }], vec![]),
+                    None => labels::read(&labels::label_path(f), nc),
+                };
                 Ok((Item { image: f.clone(), labels, size }, warnings))
             })
             .collect();
@@ -128,7 +174,11 @@ impl Dataset {
     /// Decodes and pre-resizes image `i` (used by the cache).
     pub(crate) fn decode(&self, i: usize) -> Result<RgbImage, String> {
         let path = &self.items[i].image;
-        img::load_resized(path, self.target.0, self.target.1).map(|(im, _)| im).inspect_err(|e| {
+        let decoded = match self.target {
+            Some((h, w)) => img::load_resized(path, h, w).map(|(im, _)| im),
+            None => img::decode(path),
+        };
+        decoded.inspect_err(|e| {
             self.failed_decodes.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("{}: skipped unreadable image: {e}", path.display());
         })

@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rayon::prelude::*;
 
+use super::classify::{self, ClassifyAugment};
 use super::dataset::Dataset;
 use super::sample::{self, Augment, Sample};
 
@@ -32,10 +33,30 @@ pub struct LoaderConfig {
     pub drop_last: bool,
     /// Batches prepared ahead.
     pub prefetch: usize,
-    /// `None`: validation (letterbox only).
-    pub augment: Option<Augment>,
+    /// What makes a sample of an image.
+    pub transform: Transform,
     /// This rank's shard: `(rank, world_size)`.
     pub shard: (usize, usize),
+}
+
+/// How the loader makes a sample of an image: by the dataset's task and split.
+#[derive(Debug, Clone, Copy)]
+pub enum Transform {
+    /// Detection training: [`sample::train_sample`].
+    Detect(Augment),
+    /// Detection validation: letterbox only.
+    Letterbox,
+    /// Classification training: random resized crop and flips.
+    Classify(ClassifyAugment),
+    /// Classification evaluation: resize to `size / crop_pct`, centre crop.
+    CentreCrop { crop_pct: f64 },
+}
+
+impl Transform {
+    /// Whether samples are drawn at random (so the split is shuffled and drawn in full batches).
+    pub fn is_training(&self) -> bool {
+        matches!(self, Transform::Detect(_) | Transform::Classify(_))
+    }
 }
 
 /// One batch, ready for a single host-to-device copy.
@@ -141,16 +162,16 @@ fn make_batches(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, spans: &[Vec<usize
         .par_iter()
         .map(|&pos| {
             let index = order[pos];
-            match &cfg.augment {
-                Some(aug) => {
-                    // Seeded by the sample's place in the whole epoch (all ranks), so every
-                    // sample of a multi-GPU epoch draws its own augmentation, as on one GPU.
-                    let (rank, world) = cfg.shard;
-                    let global = (pos * world.max(1) + rank) as u64;
-                    let mut rng = StdRng::seed_from_u64(mix(cfg.seed, epoch, global));
-                    sample::train_sample(ds, index, aug, (h, w), &mut rng)
-                }
-                None => sample::val_sample(ds, index, (h, w)).0,
+            // Seeded by the sample's place in the whole epoch (all ranks), so every sample of a
+            // multi-GPU epoch draws its own augmentation, as on one GPU.
+            let (rank, world) = cfg.shard;
+            let global = (pos * world.max(1) + rank) as u64;
+            let rng = || StdRng::seed_from_u64(mix(cfg.seed, epoch, global));
+            match &cfg.transform {
+                Transform::Detect(aug) => sample::train_sample(ds, index, aug, (h, w), &mut rng()),
+                Transform::Letterbox => sample::val_sample(ds, index, (h, w)).0,
+                Transform::Classify(aug) => classify::train_sample(ds, index, aug, (h, w), &mut rng()),
+                Transform::CentreCrop { crop_pct } => classify::val_sample(ds, index, (h, w), *crop_pct),
             }
         })
         .collect();

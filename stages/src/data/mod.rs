@@ -1,5 +1,6 @@
-//! The `data.yolo` stage: YOLO-format datasets read, augmented as LibreYOLO's YOLOv9 pipeline
-//! does, and batched on a pool of worker threads ahead of the training step.
+//! The data stages: YOLO-format datasets read and augmented as LibreYOLO's detection pipelines
+//! do, ImageFolder datasets as its classification pipeline does (`classify`), batched on a pool
+//! of worker threads ahead of the training step.
 //!
 //! ```text
 //! dataset.yaml -> config -> images + labels (source, labels) -> decode + pre-resize (image)
@@ -9,6 +10,7 @@
 
 pub mod augment;
 pub mod cache;
+pub mod classify;
 pub mod config;
 pub mod dataset;
 pub mod image;
@@ -19,7 +21,9 @@ pub mod sample;
 
 pub use config::DatasetConfig;
 pub use dataset::Dataset;
-pub use loader::{Batch, Loader, LoaderConfig};
+pub use classify::ClassifyAugment;
+pub use config::Layout;
+pub use loader::{Batch, Loader, LoaderConfig, Transform};
 pub use sample::Augment;
 
 /// Grey used by LibreYOLO for padding and empty canvas (114, 114, 114).

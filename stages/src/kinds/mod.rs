@@ -1,10 +1,12 @@
 //! The stage kinds a manifest's `[[stage]]` can name, one file each. A new kind is a file here
 //! and one line in [`builtin`].
 
+pub mod data_classify;
 pub mod data_yolo;
 pub mod ema;
 pub mod grad_clip;
 pub mod grad_sync;
+pub mod loss_classify;
 pub mod loss_yolo9;
 pub mod loss_yolox;
 pub mod network_backward;
@@ -19,9 +21,11 @@ pub fn builtin() -> Registry {
     Registry {
         kinds: vec![
             &data_yolo::KIND,
+            &data_classify::KIND,
             &network_forward::KIND,
             &loss_yolo9::KIND,
             &loss_yolox::KIND,
+            &loss_classify::KIND,
             &network_backward::KIND,
             &grad_clip::KIND,
             &optimizer::KIND,
