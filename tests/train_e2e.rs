@@ -46,7 +46,8 @@ fn a_short_run_learns_and_writes_every_artifact() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let run = dir.path().join("run");
-    for f in ["manifest.toml", "results.csv", "metrics.jsonl", "train.log", "losses.png", "map.png", "weights/last.safetensors", "weights/best.safetensors"] {
+    for f in ["manifest.toml", "results.csv", "metrics.jsonl", "train.log", "losses.png", "metrics.png", "weights/last.safetensors", "weights/best.safetensors"]
+    {
         assert!(run.join(f).exists(), "missing {f}\n{stderr}");
     }
     let rows = csv_rows(&run);

@@ -18,4 +18,4 @@ pub use params::{ParamId, ParamStore, Role, Value};
 pub use topology::{LayerSpec, TopologyError};
 
 /// Families a manifest can name in `model.family`.
-pub const FAMILIES: &[&str] = &["yolo9", "yolox"];
+pub const FAMILIES: &[&str] = &["yolo9", "yolox", "resnet"];

@@ -199,7 +199,7 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
             summary.epochs_run,
             summary.run_dir.display(),
             r.losses.iter().map(|(n, v)| format!("{n} {v:.4}")).collect::<Vec<_>>().join(" "),
-            summary.best_fitness.map(|b| format!("; best mAP50-95 {b:.4}")).unwrap_or_default()
+            summary.best_fitness.map(|b| format!("; best {} {b:.4}", summary.fitness)).unwrap_or_default()
         ),
         None => println!("no epoch completed; run directory {}", summary.run_dir.display()),
     }

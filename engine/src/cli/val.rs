@@ -69,6 +69,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), data::transforms(&loaded, cfg.layout).val, (0, 1));
     let nms = validate::nms_config(&m.val);
     let task = validate::Task::of(&network);
+    data::check_layout(&cfg, task)?;
     let start = std::time::Instant::now();
     let out = validate::run(&network, &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
     let (seconds, dets, names) = (start.elapsed().as_secs_f64(), out.detections, task.metric_names());

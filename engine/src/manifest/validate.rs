@@ -105,7 +105,11 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
     }
     let [lo, hi] = m.augment.crop_scale;
     if !(lo > 0.0 && lo <= hi && hi <= 1.0) {
-        return bad("augment.crop_scale", format!("`augment.crop_scale` must be [low, high] with 0 < low <= high <= 1; got [{lo}, {hi}]"), "invalid range".into());
+        return bad(
+            "augment.crop_scale",
+            format!("`augment.crop_scale` must be [low, high] with 0 < low <= high <= 1; got [{lo}, {hi}]"),
+            "invalid range".into(),
+        );
     }
     if !(m.augment.crop_pct > 0.0 && m.augment.crop_pct <= 1.0) {
         return bad("augment.crop_pct", format!("`augment.crop_pct` must be in (0, 1]; got {}", m.augment.crop_pct), "out of range".into());

@@ -118,10 +118,12 @@ pub fn fit(
     replica: Replica,
 ) -> anyhow::Result<TrainSummary> {
     let m = &loaded.manifest;
-    let (mut run, run_path) = run_dir(loaded, &replica)?;
     let loaders = loaders(loaded, datasets, batch, &replica)?;
     let iters_per_epoch = loaders.mosaic.batches_per_epoch().div_ceil(super::accumulation(m.optim.nbs, batch)).max(1);
     let mut trainer = Trainer::new(loaded, dag, resolved, datasets.nc, batch, iters_per_epoch, replica.clone())?;
+    // Before the run directory exists: a wrong dataset leaves nothing behind.
+    data::check_layout(&datasets.cfg, trainer.task())?;
+    let (mut run, run_path) = run_dir(loaded, &replica)?;
 
     let mut state = TrainState {
         nc: datasets.nc,
@@ -189,6 +191,7 @@ pub fn fit(
         epochs_run: state.next_epoch - first_epoch,
         last: end.last,
         best_fitness: state.best_fitness,
+        fitness: trainer.task().metric_names()[0],
         interrupted: end.interrupted,
         stopped_early: end.stopped_early,
         capture: trainer.exec.graphs.as_ref().map(|g| g.info()),

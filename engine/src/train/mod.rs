@@ -39,6 +39,8 @@ pub struct TrainSummary {
     pub epochs_run: usize,
     pub last: Option<EpochRecord>,
     pub best_fitness: Option<f64>,
+    /// The metric the fitness is (`mAP50-95`, `accuracy_top1`).
+    pub fitness: &'static str,
     pub interrupted: bool,
     /// Stopped by `patience` before the last epoch.
     pub stopped_early: bool,

@@ -69,8 +69,12 @@ pub fn draw(dir: &Path, records: &[EpochRecord], metrics: &[&str]) -> anyhow::Re
         names.iter().enumerate().map(|(i, name)| (name.as_str(), pts(&|r: &EpochRecord| r.losses.get(i).map_or(f64::NAN, |(_, v)| *v)))).collect();
     line_plot(&dir.join("losses.png"), "training losses", &series)?;
     let validated: Vec<(f64, &Vec<f64>)> = records.iter().filter_map(|r| r.metrics.as_ref().map(|m| (r.epoch as f64 + 1.0, m))).collect();
-    let series: Vec<(&str, Vec<(f64, f64)>)> =
-        metrics.iter().take(2).enumerate().map(|(i, name)| (*name, validated.iter().map(|(e, m)| (*e, m.get(i).copied().unwrap_or(f64::NAN))).collect())).collect();
+    let series: Vec<(&str, Vec<(f64, f64)>)> = metrics
+        .iter()
+        .take(2)
+        .enumerate()
+        .map(|(i, name)| (*name, validated.iter().map(|(e, m)| (*e, m.get(i).copied().unwrap_or(f64::NAN))).collect()))
+        .collect();
     line_plot(&dir.join("metrics.png"), "validation (EMA weights)", &series)?;
     Ok(())
 }

@@ -54,7 +54,13 @@ pub struct Validated {
 
 /// Validates `network` on the loader's split, with `forward` mapping a batch of images to the
 /// head's eval output (eager, or through a captured graph).
-pub fn run(network: &Network, loader: &Loader, device: &Device, nms_cfg: &NmsConfig, forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>) -> anyhow::Result<Validated> {
+pub fn run(
+    network: &Network,
+    loader: &Loader,
+    device: &Device,
+    nms_cfg: &NmsConfig,
+    forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>,
+) -> anyhow::Result<Validated> {
     match network.head().as_detector() {
         Some(head) => validate(head, loader, device, nms_cfg, forward).map(|(stats, detections)| Validated { metrics: stats.to_vec(), detections }),
         None => Ok(Validated { metrics: classify(loader, device, forward)?.to_vec(), detections: vec![] }),

@@ -107,7 +107,14 @@ impl Dataset {
 
     /// The items of `files` (with their class when the folder gives it, else their label
     /// file's boxes), unreadable ones skipped and reported.
-    fn scan(split: &str, sources: &[PathBuf], files: Vec<(PathBuf, Option<u32>)>, nc: usize, target: Option<(u32, u32)>, cache: CacheMode) -> Result<Arc<Self>, DatasetError> {
+    fn scan(
+        split: &str,
+        sources: &[PathBuf],
+        files: Vec<(PathBuf, Option<u32>)>,
+        nc: usize,
+        target: Option<(u32, u32)>,
+        cache: CacheMode,
+    ) -> Result<Arc<Self>, DatasetError> {
         let mut report = ScanReport::default();
         let scanned: Vec<Scanned> = files
             .par_iter()

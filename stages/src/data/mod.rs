@@ -19,10 +19,10 @@ pub mod loader;
 pub mod preview;
 pub mod sample;
 
-pub use config::DatasetConfig;
-pub use dataset::Dataset;
 pub use classify::ClassifyAugment;
+pub use config::DatasetConfig;
 pub use config::Layout;
+pub use dataset::Dataset;
 pub use loader::{Batch, Loader, LoaderConfig, Transform};
 pub use sample::Augment;
 
