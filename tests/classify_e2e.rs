@@ -1,7 +1,8 @@
 //! Classification end to end on the CPU: an ImageFolder dataset written here (three classes an
 //! untrained network cannot tell apart but a few steps can), a narrow ResNet trained from the
-//! shipped `resnet18.toml` settings, top-1/top-5 recorded each epoch, and `val` on the best
-//! weights giving the training's figures.
+//! shipped `resnet-base.toml` settings, top-1/top-5 recorded each epoch, `val` on the best
+//! weights giving the training's figures, and the whole step captured (burn's software graphs)
+//! training exactly like eager.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,16 +43,22 @@ fn imagefolder(root: &Path, train: usize, val: usize) {
     }
 }
 
+/// A manifest in `dir` of the narrow ResNet of the parity fixture on the shipped settings.
+fn narrow_manifest(dir: &Path) -> PathBuf {
+    let layers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/resnet_narrow_layers.toml");
+    let topology = std::fs::read_to_string(&layers).unwrap();
+    let manifest = dir.join("narrow.toml");
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/resnet-base.toml");
+    std::fs::write(&manifest, format!("extends = {:?}\n[run]\nname = \"narrow\"\n[model]\nsize = \"narrow\"\n{topology}", base.display().to_string())).unwrap();
+    manifest
+}
+
 #[test]
 fn a_classifier_trains_on_an_imagefolder_and_val_reproduces_its_accuracy() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("colours");
     imagefolder(&data, 16, 6);
-    let layers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/resnet_narrow_layers.toml");
-    let topology = std::fs::read_to_string(&layers).unwrap();
-    let manifest = dir.path().join("narrow.toml");
-    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/resnet-base.toml");
-    std::fs::write(&manifest, format!("extends = {:?}\n[run]\nname = \"narrow\"\n[model]\nsize = \"narrow\"\n{topology}", base.display().to_string())).unwrap();
+    let manifest = narrow_manifest(dir.path());
     let args: Vec<String> = vec![
         manifest.display().to_string(),
         format!("data={}", data.display()),
@@ -103,4 +110,34 @@ fn a_detection_dataset_for_a_classifier_is_a_clear_error() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("ImageFolder"), "{text}");
+}
+
+#[test]
+fn the_captured_classification_step_trains_exactly_like_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("colours");
+    imagefolder(&data, 16, 2);
+    let manifest = narrow_manifest(dir.path());
+    let train = |name: &str, capture: &str| {
+        let out = bin()
+            .env("LIBREYOLO_LOG", "info")
+            .env("LIBREYOLO_CAPTURE_SOFTWARE", "1")
+            .args([manifest.to_str().unwrap(), &format!("data={}", data.display()), &format!("project={}", dir.path().display())])
+            .args([&format!("name={name}"), &format!("cuda_graph={capture}"), "epochs=1", "imgsz=32", "batch=8", "device=cpu", "workers=2", "val=false"])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{log}");
+        (std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap(), log)
+    };
+    let (eager, _) = train("eager", "false");
+    // 6 steps of one shape: steps 1-2 eager, the 3rd captures the whole step, the rest replay.
+    let (graph, log) = train("graph", "true");
+    assert_eq!(
+        log.matches("cuda_graph: captured training step [forward, loss, backward(forward+loss), optimizer, ema] at input shape [8, 3, 32, 32]").count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("falling back to eager"), "{log}");
+    assert!(eager == graph, "the captured step's weights, EMA and AdamW state differ from eager");
 }

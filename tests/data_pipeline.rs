@@ -267,3 +267,55 @@ fn ranks_shard_the_epoch_like_a_single_gpu_run() {
         }
     }
 }
+
+/// An ImageFolder directory: classes from `train/`'s sub-folders (sorted), `test/` when there is
+/// no `val/`, a split folder given for the root, a broken image and a class `train/` lacks
+/// skipped, and the evaluation transform's centre crop of the resized image.
+#[test]
+fn imagefolder_datasets_read_like_torchvision() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("flowers");
+    for (split, class, n) in [("train", "tulip", 3), ("train", "daisy", 2), ("test", "daisy", 1), ("test", "rose", 1)] {
+        let folder = root.join(split).join(class);
+        std::fs::create_dir_all(&folder).unwrap();
+        for i in 0..n {
+            // 80 x 40: a left half black, right half white.
+            image::RgbImage::from_fn(80, 40, |x, _| image::Rgb(if x < 40 { [0; 3] } else { [255; 3] })).save(folder.join(format!("{i}.png"))).unwrap();
+        }
+    }
+    std::fs::write(root.join("train/tulip/broken.jpg"), b"not an image").unwrap();
+    let cfg = DatasetConfig::load(&root.join("train")).unwrap();
+    assert_eq!(cfg.layout, libreyolo_stages::data::Layout::Folder);
+    assert_eq!(cfg.names, ["daisy", "tulip"]);
+    assert_eq!(cfg.val, [root.join("test")]);
+    let train = Dataset::open_folder("train", &cfg.train, &cfg.names, CacheMode::Ram).unwrap();
+    assert_eq!(train.len(), 5, "the broken file is skipped");
+    assert_eq!(train.report.bad_images.len(), 1);
+    let classes: Vec<u32> = train.items.iter().map(|i| i.labels[0].cls).collect();
+    assert_eq!(classes, [0, 0, 1, 1, 1]);
+    let val = Dataset::open_folder("val", &cfg.val, &cfg.names, CacheMode::None).unwrap();
+    assert_eq!(val.len(), 1, "`rose` is not a training class");
+
+    // Evaluation at 16 px, crop_pct 0.5: the shorter side to 32 (64 x 32), the centre 16 x 16
+    // straddles the black/white edge at x = 32.
+    let cfg_val = LoaderConfig {
+        batch: 1,
+        height: 16,
+        width: 16,
+        workers: 1,
+        seed: 0,
+        max_labels: 1,
+        shuffle: false,
+        drop_last: false,
+        prefetch: 1,
+        transform: Transform::CentreCrop { crop_pct: 0.5 },
+        shard: (0, 1),
+    };
+    let b = Loader::new(val, cfg_val).epoch(0).recv().unwrap();
+    assert_eq!(b.targets, [0.0, 0.0, 0.0, 1.0, 1.0], "class 0 (daisy) as a whole-image row");
+    let red = &b.images[..256];
+    assert!(red[16 * 8..16 * 8 + 7].iter().all(|&v| v == 0) && red[16 * 8 + 9..16 * 9].iter().all(|&v| v == 255), "{:?}", &red[16 * 8..16 * 9]);
+
+    let err = DatasetConfig::load(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("needs a `train/` folder"), "{err}");
+}
