@@ -101,6 +101,32 @@ fn a_classifier_trains_on_an_imagefolder_and_val_reproduces_its_accuracy() {
     let metrics: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let top1 = metrics["metrics"]["metrics/accuracy_top1"].as_f64().unwrap();
     assert!((top1 - best_top1).abs() < 1e-9, "val top-1 {top1} vs the best epoch's {best_top1}");
+
+    // `predict` lists each image's classes, best first, with their probabilities.
+    let out_dir = dir.path().join("predicted");
+    let source = data.join("val/red");
+    let out = bin()
+        .args(["predict", manifest.to_str().unwrap(), "imgsz=32", "device=cpu"])
+        .arg(format!("weights={}", run.join("weights/best.safetensors").display()))
+        .arg(format!("source={}", source.display()))
+        .arg(format!("out={}", out_dir.display()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("predicted 6 image(s)") && stdout.contains(": red "), "{stdout}");
+    let preds: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out_dir.join("predictions.json")).unwrap()).unwrap();
+    let images = preds.as_array().unwrap();
+    assert_eq!(images.len(), 6);
+    for im in images {
+        let top = im["top"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "three classes: {im}");
+        let scores: Vec<f64> = top.iter().map(|c| c["score"].as_f64().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]) && (scores.iter().sum::<f64>() - 1.0).abs() < 1e-4, "{scores:?}");
+        assert!(im.get("detections").is_none(), "{im}");
+    }
+    let red = images.iter().filter(|im| im["top"][0]["name"] == "red").count();
+    assert!(red as f64 / 6.0 >= best_top1 - 0.5, "{red} of 6 red images predicted red");
 }
 
 #[test]

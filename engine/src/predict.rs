@@ -1,6 +1,7 @@
-//! Inference on images: letterbox, the network in eval mode, multi-label candidates and
-//! class-aware NMS (the validation path with predict's thresholds), then annotated copies of
-//! the images and one JSON of every detection in original-image pixels.
+//! Inference on images. A detector: letterbox, the network in eval mode, the head's candidates
+//! and class-aware NMS (the validation path with predict's thresholds), then annotated copies
+//! of the images and one JSON of every detection in original-image pixels. A classifier: the
+//! evaluation centre crop, class probabilities, the top five classes of each image in the JSON.
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,8 @@ pub struct PredictConfig {
     /// Letterbox size (height, width), multiples of 32.
     pub imgsz: (u32, u32),
     pub compute: Option<FloatDType>,
+    /// A classifier's evaluation crop (`augment.crop_pct`).
+    pub crop_pct: f64,
 }
 
 /// One detection as written to `predictions.json`.
@@ -35,12 +38,28 @@ pub struct JsonDetection {
     pub xyxy: [f32; 4],
 }
 
+/// One of a classifier's top classes.
+#[derive(Debug, Clone, Serialize)]
+pub struct JsonClass {
+    pub class: usize,
+    pub name: String,
+    pub score: f32,
+}
+
+/// Classes a classifier's prediction lists, best first (LibreYOLO's `probs.top5`).
+pub const TOP_K: usize = 5;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ImagePrediction {
     pub image: PathBuf,
     pub width: u32,
     pub height: u32,
-    pub detections: Vec<JsonDetection>,
+    /// A detector's detections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detections: Option<Vec<JsonDetection>>,
+    /// A classifier's top classes, best first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top: Option<Vec<JsonClass>>,
 }
 
 /// The images of `source`: the file itself, or the images of a folder (sorted, not recursive).
@@ -67,15 +86,39 @@ pub fn sources(source: &Path) -> anyhow::Result<Vec<PathBuf>> {
 fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor<4>, f32) {
     let (h, w) = cfg.imgsz;
     let (boxed, ratio) = letterbox::apply(image, &mut Boxes::default(), h, w);
+    (to_tensor(&boxed, device), ratio)
+}
+
+/// An RGB image as a (1, 3, H, W) tensor in [0, 1].
+fn to_tensor(image: &RgbImage, device: &Device) -> Tensor<4> {
+    let (w, h) = image.dimensions();
     let plane = (h * w) as usize;
     let mut chw = vec![0u8; 3 * plane];
-    for (p, px) in boxed.pixels().enumerate() {
+    for (p, px) in image.pixels().enumerate() {
         for c in 0..3 {
             chw[c * plane + p] = px.0[c];
         }
     }
-    let x = Tensor::<4, Int>::from_data(TensorData::new(chw, [1, 3, h as usize, w as usize]), (device, DType::U8)).float().div_scalar(255.0);
-    (x, ratio)
+    Tensor::<4, Int>::from_data(TensorData::new(chw, [1, 3, h as usize, w as usize]), (device, DType::U8)).float().div_scalar(255.0)
+}
+
+/// A classifier's top classes of one image `(class, probability)`, best first, by `forward`
+/// through `graphs`.
+pub fn classify<'a>(
+    forward: &ForwardFn<'a>,
+    image: &RgbImage,
+    device: &'a Device,
+    cfg: &PredictConfig,
+    graphs: &mut CaptureManager<ForwardGraph<'a>>,
+) -> anyhow::Result<Vec<(usize, f32)>> {
+    let crop = libreyolo_stages::data::classify::centre_crop(image, cfg.imgsz, cfg.crop_pct);
+    let mut forward = Forward { f: forward.clone(), device: device.clone(), input: to_tensor(&crop, device), dtype: cfg.compute };
+    let key = forward.key();
+    let probs = graphs.run(&key, &mut forward).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked.truncate(TOP_K);
+    Ok(ranked)
 }
 
 /// Detections of one decoded image by `forward`, which goes through `graphs` (capture, replay
@@ -98,7 +141,7 @@ pub fn detect<'a>(
     Ok(nms::detect(&values, network.head().nc(), labels, a, ratio, image.dimensions(), &cfg.nms))
 }
 
-/// Runs every image of `files`, writes `<out>/<file name>` annotated and
+/// Runs every image of `files`, writes (a detector) `<out>/<file name>` annotated and
 /// `<out>/predictions.json`; unreadable images are skipped with a warning.
 #[allow(clippy::too_many_arguments)]
 pub fn run<'a>(
@@ -111,7 +154,6 @@ pub fn run<'a>(
     cfg: &PredictConfig,
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<ImagePrediction>> {
-    network.detector("`predict`")?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     // LibreYOLO predicts with the fused model (`fuse()`): BatchNorm folded into convolutions,
     // RepConvN into one 3x3 convolution, folded once for the whole run.
@@ -127,19 +169,20 @@ pub fn run<'a>(
                 continue;
             }
         };
-        let dets = detect(network, &forward, &image, device, cfg, graphs)?;
         let name_of = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
-        let mut annotated = image.clone();
-        draw(&mut annotated, &dets, &name_of)?;
-        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
-        let target = out.join(format!("{stem}.jpg"));
-        annotated.save_with_format(&target, image::ImageFormat::Jpeg).with_context(|| format!("writing {}", target.display()))?;
-        all.push(ImagePrediction {
-            image: file.clone(),
-            width: image.width(),
-            height: image.height(),
-            detections: dets.iter().map(|d| JsonDetection { class: d.class, name: name_of(d.class), score: d.score, xyxy: d.xyxy }).collect(),
-        });
+        let (detections, top) = if network.head().as_classifier().is_some() {
+            let top = classify(&forward, &image, device, cfg, graphs)?;
+            (None, Some(top.into_iter().map(|(class, score)| JsonClass { class, name: name_of(class), score }).collect()))
+        } else {
+            let dets = detect(network, &forward, &image, device, cfg, graphs)?;
+            let mut annotated = image.clone();
+            draw(&mut annotated, &dets, &name_of)?;
+            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("image");
+            let target = out.join(format!("{stem}.jpg"));
+            annotated.save_with_format(&target, image::ImageFormat::Jpeg).with_context(|| format!("writing {}", target.display()))?;
+            (Some(dets.iter().map(|d| JsonDetection { class: d.class, name: name_of(d.class), score: d.score, xyxy: d.xyxy }).collect()), None)
+        };
+        all.push(ImagePrediction { image: file.clone(), width: image.width(), height: image.height(), detections, top });
     }
     bar.finish_and_clear();
     let json = out.join("predictions.json");

@@ -86,6 +86,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
         nms: NmsConfig { conf: own.conf, iou: own.iou, max_det: own.max_det, max_candidates: m.val.max_candidates },
         imgsz: (m.run.imgsz.height(), m.run.imgsz.width()),
         compute: precision.compute,
+        crop_pct: m.augment.crop_pct,
     };
     let out = own.out.unwrap_or_else(|| {
         // Beside the training runs: runs/train -> runs/predict/predict, predict2, ...
@@ -116,15 +117,21 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
             info.fallback_reason.map(|r| format!(" ({r})")).unwrap_or_default()
         );
     }
-    let n: usize = results.iter().map(|r| r.detections.len()).sum();
+    let n: usize = results.iter().filter_map(|r| r.detections.as_ref()).map(Vec::len).sum();
+    for r in results.iter().filter(|r| r.top.is_some()) {
+        let top: Vec<String> = r.top.iter().flatten().map(|c| format!("{} {:.2}", c.name, c.score)).collect();
+        println!("{}: {}", r.image.display(), top.join(", "));
+    }
+    let found = if network.head().as_classifier().is_some() {
+        format!("top {} classes each", predict::TOP_K)
+    } else {
+        format!("{n} detection(s) (conf {}, iou {})", own.conf, own.iou)
+    };
     println!(
-        "predicted {} image(s) on {} in {:.2}s: {n} detection(s) (conf {}, iou {}); wrote {}/ and {}",
+        "predicted {} image(s) on {} in {:.2}s: {found}; wrote {}",
         results.len(),
         resolved.describe(),
         start.elapsed().as_secs_f64(),
-        own.conf,
-        own.iou,
-        out.display(),
         out.join("predictions.json").display()
     );
     Ok(())

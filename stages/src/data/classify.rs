@@ -47,22 +47,28 @@ pub fn train_sample(ds: &Dataset, index: usize, aug: &ClassifyAugment, (height, 
 }
 
 /// An evaluation sample: the shorter side resized to `floor(size / crop_pct)`, centre crop.
-pub fn val_sample(ds: &Dataset, index: usize, (height, width): (u32, u32), crop_pct: f64) -> Sample {
+pub fn val_sample(ds: &Dataset, index: usize, size: (u32, u32), crop_pct: f64) -> Sample {
     let (image, _) = ds.load(index);
+    Sample { image: centre_crop(&image, size, crop_pct), targets: target(ds, index), index }
+}
+
+/// The evaluation transform of one image (validation, predict): the shorter side resized to
+/// `floor(max(height, width) / crop_pct)`, then the centre `(height, width)`.
+pub fn centre_crop(image: &RgbImage, (height, width): (u32, u32), crop_pct: f64) -> RgbImage {
     let side = (height.max(width) as f64 / crop_pct).floor() as u32;
     let (w, h) = shorter_side(image.width(), image.height(), side);
-    let resized = img::resize(&image, w, h);
+    let resized = img::resize(image, w, h);
     // torchvision's CenterCrop: offsets `round((size - crop) / 2)`.
     let x = ((w.saturating_sub(width)) as f64 / 2.0).round() as u32;
     let y = ((h.saturating_sub(height)) as f64 / 2.0).round() as u32;
-    let mut out = imageops::crop_imm(&resized, x, y, width.min(w), height.min(h)).to_image();
-    if out.dimensions() != (width, height) {
-        // Smaller than the crop (a crop_pct of 1 on an odd size): torchvision pads with zeros.
-        let mut padded = RgbImage::new(width, height);
-        imageops::overlay(&mut padded, &out, ((width - out.width()) / 2) as i64, ((height - out.height()) / 2) as i64);
-        out = padded;
+    let out = imageops::crop_imm(&resized, x, y, width.min(w), height.min(h)).to_image();
+    if out.dimensions() == (width, height) {
+        return out;
     }
-    Sample { image: out, targets: target(ds, index), index }
+    // Smaller than the crop (a crop_pct of 1 on an odd size): torchvision pads with zeros.
+    let mut padded = RgbImage::new(width, height);
+    imageops::overlay(&mut padded, &out, ((width - out.width()) / 2) as i64, ((height - out.height()) / 2) as i64);
+    padded
 }
 
 /// The image's class as a whole-image target row.
