@@ -80,7 +80,7 @@ fn a_classifier_trains_on_an_imagefolder_and_val_reproduces_its_accuracy() {
     }
     let csv = std::fs::read_to_string(run.join("results.csv")).unwrap();
     let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
-    assert_eq!(header[1], "train/cls_loss", "{csv}");
+    assert_eq!(header[1], "train/ce_loss", "{csv}");
     let top1_col = header.iter().position(|h| *h == "metrics/accuracy_top1").unwrap_or_else(|| panic!("no top-1 column: {csv}"));
     let rows: Vec<Vec<f64>> = csv.lines().skip(1).map(|l| l.split(',').map(|v| v.parse().unwrap_or(f64::NAN)).collect()).collect();
     assert_eq!(rows.len(), 4, "{csv}");

@@ -64,7 +64,7 @@ impl Stage for LossClassify {
         };
         let AnyTensor::R1(labels) = io.tensor(1)? else { anyhow::bail!("loss.classify reads (batch) class labels") };
         let total = smoothed(logits, labels.int(), self.settings.label_smoothing);
-        io.output(0, Value::Loss(LossTerms { total: total.clone(), parts: vec![("cls", total.detach())] }));
+        io.output(0, Value::Loss(LossTerms { total: total.clone(), parts: vec![("ce", total.detach())] }));
         Ok(())
     }
 }
