@@ -1,6 +1,6 @@
 //! Classification end to end on the CPU: an ImageFolder dataset written here (three classes an
 //! untrained network cannot tell apart but a few steps can), a narrow ResNet trained from the
-//! shipped `resnet-base.toml` settings, top-1/top-5 recorded each epoch, `val` on the best
+//! shipped `classify-base.toml` settings, top-1/top-5 recorded each epoch, `val` on the best
 //! weights giving the training's figures, and the whole step captured (burn's software graphs)
 //! training exactly like eager.
 
@@ -48,8 +48,12 @@ fn narrow_manifest(dir: &Path) -> PathBuf {
     let layers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/resnet_narrow_layers.toml");
     let topology = std::fs::read_to_string(&layers).unwrap();
     let manifest = dir.join("narrow.toml");
-    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/resnet-base.toml");
-    std::fs::write(&manifest, format!("extends = {:?}\n[run]\nname = \"narrow\"\n[model]\nsize = \"narrow\"\n{topology}", base.display().to_string())).unwrap();
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests/classify-base.toml");
+    std::fs::write(
+        &manifest,
+        format!("extends = {:?}\n[run]\nname = \"narrow\"\n[model]\nfamily = \"resnet\"\nsize = \"narrow\"\n{topology}", base.display().to_string()),
+    )
+    .unwrap();
     manifest
 }
 

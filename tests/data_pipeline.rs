@@ -308,7 +308,7 @@ fn imagefolder_datasets_read_like_torchvision() {
         shuffle: false,
         drop_last: false,
         prefetch: 1,
-        transform: Transform::CentreCrop { crop_pct: 0.5 },
+        transform: Transform::CentreCrop { crop_pct: 0.5, interpolation: Default::default() },
         shard: (0, 1),
     };
     let b = Loader::new(val, cfg_val).epoch(0).recv().unwrap();

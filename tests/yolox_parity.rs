@@ -7,9 +7,8 @@
 use std::path::Path;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_families::tensor::AnyTensor;
 use libreyolo_families::{Ctx, Network, Value};
-use libreyolo_run::parity::fixture::{Fixture, fixture_network, project_dir as fixtures, read, rel_err};
+use libreyolo_run::parity::fixture::{Fixture, check_running_stats, fixture_network, project_dir as fixtures, read, rel_err};
 
 #[test]
 fn sizes_t_and_s_match_libreyolo_keys_and_counts() {
@@ -116,20 +115,6 @@ fn narrow_yolox_maps_and_batch_norm_match_libreyolo() {
         assert!(err < 1e-4, "train P{}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}", i + 3);
     }
     params.apply_batch_stats(cx.take_batch_stats());
-    let mut checked = 0;
-    for name in io.names() {
-        let Some(key) = name.strip_prefix("bn_after_train.") else { continue };
-        let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
-        let want = io.get(&name).to_f32();
-        match &params.entry(id).value {
-            Value::Float(AnyTensor::R1(t)) => {
-                let err = rel_err(t, &want);
-                assert!(err < 1e-4, "{key} after one train-mode forward: relative error {err:.2e}");
-            }
-            Value::Count(n) => assert_eq!(*n as f32, want[0], "{key}"),
-            Value::Float(_) => panic!("{key} is not a vector"),
-        }
-        checked += 1;
-    }
+    let checked = check_running_stats(&io, &params, "bn_after_train", 1e-4);
     assert!(checked > 100, "only {checked} BatchNorm buffers in the fixture");
 }

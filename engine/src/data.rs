@@ -95,8 +95,9 @@ pub fn transforms(loaded: &LoadedManifest, layout: Layout) -> Transforms {
             Transforms { train: Transform::Detect(aug), closed: Transform::Detect(aug.without_mosaic()), val: Transform::Letterbox }
         }
         Layout::Folder => {
-            let aug = Transform::Classify(ClassifyAugment { scale: a.crop_scale, flip_prob: a.flip_prob, flipud: a.flipud });
-            Transforms { train: aug, closed: aug, val: Transform::CentreCrop { crop_pct: a.crop_pct } }
+            let aug = ClassifyAugment { scale: a.crop_scale, flip_prob: a.flip_prob, flipud: a.flipud, interpolation: a.interpolation };
+            let val = Transform::CentreCrop { crop_pct: a.crop_pct, interpolation: a.interpolation };
+            Transforms { train: Transform::Classify(aug), closed: Transform::Classify(aug), val }
         }
     }
 }

@@ -24,8 +24,9 @@ pub struct PredictConfig {
     /// Letterbox size (height, width), multiples of 32.
     pub imgsz: (u32, u32),
     pub compute: Option<FloatDType>,
-    /// A classifier's evaluation crop (`augment.crop_pct`).
+    /// A classifier's evaluation crop (`augment.crop_pct`, `augment.interpolation`).
     pub crop_pct: f64,
+    pub interpolation: libreyolo_stages::data::image::Interpolation,
 }
 
 /// One detection as written to `predictions.json`.
@@ -111,7 +112,7 @@ pub fn classify<'a>(
     cfg: &PredictConfig,
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<(usize, f32)>> {
-    let crop = libreyolo_stages::data::classify::centre_crop(image, cfg.imgsz, cfg.crop_pct);
+    let crop = libreyolo_stages::data::classify::centre_crop(image, cfg.imgsz, cfg.crop_pct, cfg.interpolation);
     let mut forward = Forward { f: forward.clone(), device: device.clone(), input: to_tensor(&crop, device), dtype: cfg.compute };
     let key = forward.key();
     let probs = graphs.run(&key, &mut forward).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;

@@ -4,6 +4,7 @@
 pub mod block;
 pub mod blocks;
 pub mod ctx;
+pub mod mobilenetv4;
 pub mod network;
 pub mod params;
 pub mod resnet;
@@ -18,4 +19,4 @@ pub use params::{ParamId, ParamStore, Role, Value};
 pub use topology::{LayerSpec, TopologyError};
 
 /// Families a manifest can name in `model.family`.
-pub const FAMILIES: &[&str] = &["yolo9", "yolox", "resnet"];
+pub const FAMILIES: &[&str] = &["yolo9", "yolox", "resnet", "mobilenetv4"];

@@ -87,6 +87,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
         imgsz: (m.run.imgsz.height(), m.run.imgsz.width()),
         compute: precision.compute,
         crop_pct: m.augment.crop_pct,
+        interpolation: m.augment.interpolation,
     };
     let out = own.out.unwrap_or_else(|| {
         // Beside the training runs: runs/train -> runs/predict/predict, predict2, ...

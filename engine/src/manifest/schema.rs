@@ -225,6 +225,8 @@ pub struct AugmentSettings {
     pub crop_scale: [f64; 2],
     /// Classification: evaluation resizes to `imgsz / crop_pct`, then centre-crops.
     pub crop_pct: f64,
+    /// Classification: how the crops are resampled ("bilinear" | "bicubic").
+    pub interpolation: libreyolo_stages::data::image::Interpolation,
 }
 
 impl Default for AugmentSettings {
@@ -245,6 +247,7 @@ impl Default for AugmentSettings {
             no_aug_epochs: 15,
             crop_scale: [0.5, 1.0],
             crop_pct: libreyolo_stages::data::classify::CROP_PCT,
+            interpolation: Default::default(),
         }
     }
 }

@@ -114,6 +114,97 @@ pub fn fixture_network(name: &str, nc: usize) -> (libreyolo_families::Network, l
     libreyolo_families::Network::build(&topology.layers, nc, false, &Device::flex(), 0).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Checks every BatchNorm buffer of the fixture named `PREFIX.KEY` against the store's `KEY`:
+/// running statistics within `tol` relative error, the batch count exactly. Returns how many
+/// were checked (a test asserts the number, so a fixture that lost them fails).
+pub fn check_running_stats(io: &Fixture, params: &libreyolo_families::ParamStore, prefix: &str, tol: f64) -> usize {
+    use libreyolo_families::Value;
+    use libreyolo_families::tensor::AnyTensor;
+    let mut checked = 0;
+    for name in io.names() {
+        let Some(key) = name.strip_prefix(prefix).and_then(|k| k.strip_prefix('.')) else { continue };
+        let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
+        let want = io.get(&name).to_f32();
+        match &params.entry(id).value {
+            Value::Float(AnyTensor::R1(t)) => {
+                let err = rel_err(t, &want);
+                assert!(err < tol, "{key} after one train-mode forward: relative error {err:.2e}");
+            }
+            Value::Count(n) => assert_eq!(*n as f32, want[0], "{key}"),
+            Value::Float(_) => panic!("{key} is not a vector"),
+        }
+        checked += 1;
+    }
+    checked
+}
+
+/// A narrow classifier's fixture (`tests/fixtures/NAME.safetensors` and `NAME_io.safetensors`,
+/// written by `write_narrow` in make_resnet_fixture.py) against our network of
+/// `NAME_layers.toml` for `nc` classes: logits in eval and train mode within 1e-4 (from u8
+/// pixels), the cross-entropy within 1e-5 relative on LibreYOLO's logits and 1e-4 on ours,
+/// every parameter's gradient within 1e-3 of
+/// its largest value, the BatchNorm statistics after the train-mode forward within 1e-4.
+/// Returns how many gradients and BatchNorm buffers were checked (a test asserts the numbers).
+pub fn check_classifier(name: &str, nc: usize) -> (usize, usize) {
+    let device = Device::flex();
+    let (network, mut params) = fixture_network(name, nc);
+    libreyolo_families::weights::load_safetensors(&mut params, &project_dir().join(format!("{name}.safetensors")), false).unwrap();
+    let io = Fixture::open(&project_dir().join(format!("{name}_io.safetensors"))).unwrap();
+    let pixels = io.get("images_u8");
+    let d = &pixels.shape;
+    // What the loader hands a network: RGB in [0, 1].
+    let images = Tensor::<4>::from_data(TensorData::new(pixels.to_f32(), [d[0], d[1], d[2], d[3]]), &device).div_scalar(255.0);
+    let labels: Vec<i64> = io.get("labels").to_f32().iter().map(|&v| v as i64).collect();
+    let labels = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(labels, [d[0]]), &device);
+    let logits = |maps: Vec<Tensor<4>>| {
+        let [b, nc, _, _] = maps[0].dims();
+        maps[0].clone().reshape([b, nc])
+    };
+
+    let eval = logits(network.forward(images.clone(), &libreyolo_families::Ctx::eval(&params), false).main);
+    let err = rel_err(&eval, &io.get("eval_logits").to_f32());
+    assert!(err < 1e-4, "eval logits: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}");
+
+    let cx = libreyolo_families::Ctx::train(&params);
+    let train = logits(network.forward(images, &cx, false).main);
+    let err = rel_err(&train, &io.get("train_logits").to_f32());
+    assert!(err < 1e-4, "train logits: {err:.2e}");
+    // The loss on LibreYOLO's own logits: the loss alone, within 1e-5.
+    let want = io.get("loss").scalar();
+    let theirs = io.get("train_logits");
+    let theirs = Tensor::<2>::from_data(TensorData::new(theirs.to_f32(), [theirs.shape[0], theirs.shape[1]]), &device);
+    let on_theirs = read(&libreyolo_stages::loss::cross_entropy(theirs, labels.clone())).1[0] as f64;
+    assert!((on_theirs - want).abs() / want < 1e-5, "cross-entropy of LibreYOLO's logits {on_theirs} vs LibreYOLO's {want}");
+    // On ours, within 1e-4: the logits' float rounding through the network (a train-mode
+    // BatchNorm over a batch of two, as MobileNetV4's norm_head is, amplifies it) moves it by
+    // up to ~2e-5.
+    let loss = libreyolo_stages::loss::cross_entropy(train, labels);
+    let got = read(&loss).1[0] as f64;
+    assert!((got - want).abs() / want < 1e-4, "cross-entropy {got} vs LibreYOLO's {want}");
+
+    let grads = cx.gradients(&loss.backward());
+    let expected: Vec<(String, Vec<f32>)> = io
+        .names()
+        .into_iter()
+        .filter_map(|n| n.strip_prefix("grad.").map(str::to_string))
+        .map(|k| (k.clone(), io.get(&format!("grad.{k}")).to_f32()))
+        .collect();
+    // A gradient that is zero in exact arithmetic (the bias of a BatchNorm whose output a
+    // train-mode BatchNorm re-centres after a linear layer) is rounding noise in both engines:
+    // it is compared on the scale of the network's gradients (1e-3 of the largest), not its own.
+    let largest = expected.iter().flat_map(|(_, v)| v.iter()).fold(0f64, |m, v| m.max(v.abs() as f64));
+    for (key, want) in &expected {
+        let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
+        let (_, g) = grads.iter().find(|(p, _)| *p == id).unwrap_or_else(|| panic!("no gradient for `{key}`"));
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-3 * largest);
+        let err = max_abs_diff(&read(g).1, want) / scale;
+        assert!(err < 1e-3, "d loss / d {key}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}");
+    }
+    let checked = expected.len();
+    params.apply_batch_stats(cx.take_batch_stats());
+    (checked, check_running_stats(&io, &params, "after_train", 1e-4))
+}
+
 /// Max |a - b|.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");

@@ -106,13 +106,15 @@ pub fn probe(loaded: &LoadedManifest, dag: &StepDag, nc: usize, device: &Device,
     let end = items.iter().rposition(|i| matches!(i.part, Part::Backward { .. })).map_or(items.len(), |i| i + 1);
     let [h, w] = [m.run.imgsz.height(), m.run.imgsz.width()];
     let max_probe = m.optim.nbs.map(|n| n as usize).filter(|&n| n > 0).unwrap_or(MAX_PROBE);
+    let label = if super::validate::Task::of(&model.network) == super::validate::Task::Classify { 0.0 } else { -1.0 };
     let mut points = vec![];
     for b in probe_batches(max_probe) {
         device.memory_cleanup();
-        // Black images; one padding row an image: class -1 is "no object" (as LibreYOLO's zeros).
+        // Black images; one padding row an image: class -1 is "no object" (as LibreYOLO's zeros),
+        // and a classifier's image has class 0.
         let batch = Batch {
             images: vec![0; b * 3 * (h * w) as usize],
-            targets: [-1.0, 0.0, 0.0, 0.0, 0.0].repeat(b),
+            targets: [label, 0.0, 0.0, 0.0, 0.0].repeat(b),
             size: b,
             height: h,
             width: w,

@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 /// The per-epoch and per-step records and their plots, which belong to one run.
-const RECORDS: [&str; 5] = ["results.csv", "metrics.jsonl", "steps.csv", "losses.png", "metrics.png"];
+const RECORDS: [&str; 6] = ["results.csv", "metrics.jsonl", "steps.csv", "losses.png", "metrics.png", "map.png"];
 
 pub struct RunDir {
     pub path: PathBuf,
@@ -27,7 +27,8 @@ pub struct EpochRecord {
     pub seconds: f64,
     /// The task's validation metrics when validated this epoch (`Task::metric_names` order:
     /// COCO stats, or top-1/top-5 accuracy).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    /// (`map` in the records of runs made before classification.)
+    #[serde(skip_serializing_if = "Option::is_none", default, alias = "map")]
     pub metrics: Option<Vec<f64>>,
 }
 

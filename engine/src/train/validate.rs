@@ -78,15 +78,25 @@ pub fn classify(loader: &Loader, device: &Device, forward: &mut dyn FnMut(Tensor
         let [b, nc, _] = probs.dims();
         let values = probs.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
         for (k, &label) in labels.iter().enumerate().take(b) {
-            let p = &values[k * nc..(k + 1) * nc];
-            let above = p.iter().filter(|&&v| v > p[label]).count();
-            top1 += usize::from(above < 1);
-            top5 += usize::from(above < 5);
+            let rank = rank_of(&values[k * nc..(k + 1) * nc], label);
+            top1 += usize::from(rank < 1);
+            top5 += usize::from(rank < 5);
         }
         images += b;
     }
     anyhow::ensure!(images > 0, "the validation split gave no images");
     Ok([top1 as f64 / images as f64, top5 as f64 / images as f64])
+}
+
+/// Where class `label` ranks in `probs` (0: first): the classes scoring above it, and those
+/// tied with it that come first (as `torch.topk` breaks ties by index). A NaN score ranks last,
+/// so a diverged network scores 0, not 1.
+fn rank_of(probs: &[f32], label: usize) -> usize {
+    let p = probs[label];
+    if p.is_nan() {
+        return probs.len();
+    }
+    probs.iter().enumerate().filter(|&(j, &v)| v > p || (v == p && j < label)).count()
 }
 
 /// COCO stats (`coco::STAT_NAMES` order) on the loader's split and the detections they score,
@@ -120,4 +130,18 @@ pub fn validate(
     }
     let gts = libreyolo_stages::val::ground_truth(ds);
     Ok((coco::evaluate(ds.len(), head.nc(), &gts, &dets), dets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rank_of;
+
+    #[test]
+    fn a_class_ranks_by_the_scores_above_it_ties_by_index_nan_last() {
+        assert_eq!(rank_of(&[0.1, 0.7, 0.2], 1), 0);
+        assert_eq!(rank_of(&[0.1, 0.7, 0.2], 0), 2);
+        assert_eq!(rank_of(&[0.5, 0.5, 0.0], 1), 1, "a tie goes to the lower index");
+        assert_eq!(rank_of(&[0.5, 0.5, 0.0], 0), 0);
+        assert_eq!(rank_of(&[f32::NAN, f32::NAN, f32::NAN], 2), 3, "NaN is never right");
+    }
 }

@@ -44,4 +44,7 @@ pub const BLOCKS: &[&crate::block::BlockKind] = &[
     &crate::resnet::stem::BLOCK,
     &crate::resnet::res_layer::BLOCK,
     &crate::resnet::classify::BLOCK,
+    &crate::mobilenetv4::stem::BLOCK,
+    &crate::mobilenetv4::conv_bn_act::BLOCK,
+    &crate::mobilenetv4::uir::BLOCK,
 ];

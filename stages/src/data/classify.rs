@@ -13,8 +13,9 @@ use image::RgbImage;
 use image::imageops;
 use rand::Rng;
 
+use super::augment::Boxes;
 use super::dataset::Dataset;
-use super::image as img;
+use super::image::{self as img, Interpolation};
 use super::sample::Sample;
 
 /// LibreYOLO's eval resize ratio before the centre crop (`DEFAULT_CROP_PCT`).
@@ -23,44 +24,47 @@ pub const CROP_PCT: f64 = 0.875;
 const RATIO: (f64, f64) = (3.0 / 4.0, 4.0 / 3.0);
 
 /// The classification augmentation (the manifest's `[augment]` `crop_scale`, `flip_prob`,
-/// `flipud`).
+/// `flipud`, `interpolation`).
 #[derive(Debug, Clone, Copy)]
 pub struct ClassifyAugment {
     /// `RandomResizedCrop`'s area range (LibreYOLO's `scale`, default (0.5, 1.0)).
     pub scale: [f64; 2],
     pub flip_prob: f64,
     pub flipud: f64,
+    /// The crop's resampling (LibreYOLO's ResNet and MobileNetV4: bicubic).
+    pub interpolation: Interpolation,
 }
 
 /// A training sample: a random resized crop of the image at `(height, width)`, flipped.
 pub fn train_sample(ds: &Dataset, index: usize, aug: &ClassifyAugment, (height, width): (u32, u32), rng: &mut impl Rng) -> Sample {
-    let (image, _) = ds.load(index);
+    let (image, boxes) = ds.load(index);
     let (x, y, w, h) = random_crop(image.width(), image.height(), aug.scale, rng);
-    let mut out = img::resize(&imageops::crop_imm(image.as_ref(), x, y, w, h).to_image(), width, height);
+    let mut out = img::resize_with(&imageops::crop_imm(image.as_ref(), x, y, w, h).to_image(), width, height, aug.interpolation);
     if aug.flip_prob > 0.0 && rng.random::<f64>() < aug.flip_prob {
         imageops::flip_horizontal_in_place(&mut out);
     }
     if aug.flipud > 0.0 && rng.random::<f64>() < aug.flipud {
         imageops::flip_vertical_in_place(&mut out);
     }
-    Sample { image: out, targets: target(ds, index), index }
+    Sample { image: out, targets: target(&boxes), index }
 }
 
 /// An evaluation sample: the shorter side resized to `floor(size / crop_pct)`, centre crop.
-pub fn val_sample(ds: &Dataset, index: usize, size: (u32, u32), crop_pct: f64) -> Sample {
-    let (image, _) = ds.load(index);
-    Sample { image: centre_crop(&image, size, crop_pct), targets: target(ds, index), index }
+pub fn val_sample(ds: &Dataset, index: usize, size: (u32, u32), crop_pct: f64, interpolation: Interpolation) -> Sample {
+    let (image, boxes) = ds.load(index);
+    Sample { image: centre_crop(&image, size, crop_pct, interpolation), targets: target(&boxes), index }
 }
 
 /// The evaluation transform of one image (validation, predict): the shorter side resized to
 /// `floor(max(height, width) / crop_pct)`, then the centre `(height, width)`.
-pub fn centre_crop(image: &RgbImage, (height, width): (u32, u32), crop_pct: f64) -> RgbImage {
+pub fn centre_crop(image: &RgbImage, (height, width): (u32, u32), crop_pct: f64, interpolation: Interpolation) -> RgbImage {
     let side = (height.max(width) as f64 / crop_pct).floor() as u32;
     let (w, h) = shorter_side(image.width(), image.height(), side);
-    let resized = img::resize(image, w, h);
-    // torchvision's CenterCrop: offsets `round((size - crop) / 2)`.
-    let x = ((w.saturating_sub(width)) as f64 / 2.0).round() as u32;
-    let y = ((h.saturating_sub(height)) as f64 / 2.0).round() as u32;
+    let resized = img::resize_with(image, w, h, interpolation);
+    // torchvision's CenterCrop: offsets `int(round((size - crop) / 2.0))`, Python's round (half
+    // to even).
+    let x = ((w.saturating_sub(width)) as f64 / 2.0).round_ties_even() as u32;
+    let y = ((h.saturating_sub(height)) as f64 / 2.0).round_ties_even() as u32;
     let out = imageops::crop_imm(&resized, x, y, width.min(w), height.min(h)).to_image();
     if out.dimensions() == (width, height) {
         return out;
@@ -71,9 +75,10 @@ pub fn centre_crop(image: &RgbImage, (height, width): (u32, u32), crop_pct: f64)
     padded
 }
 
-/// The image's class as a whole-image target row.
-fn target(ds: &Dataset, index: usize) -> Vec<[f32; 5]> {
-    ds.items[index].labels.iter().take(1).map(|l| [l.cls as f32, 0.0, 0.0, 1.0, 1.0]).collect()
+/// The loaded image's class as a whole-image target row (from what `Dataset::load` returned:
+/// an image that fails to decode is replaced by another, with that one's class).
+fn target(boxes: &Boxes) -> Vec<[f32; 5]> {
+    boxes.cls.iter().take(1).map(|&c| [c as f32, 0.0, 0.0, 1.0, 1.0]).collect()
 }
 
 /// torchvision's `Resize(side)`: the shorter side to `side`, the longer `int(side * long / short)`.

@@ -29,12 +29,31 @@ pub fn dimensions(path: &Path) -> Result<(u32, u32), String> {
 
 /// Resizes `img` to `width` x `height` (bilinear).
 pub fn resize(img: &RgbImage, width: u32, height: u32) -> RgbImage {
+    resize_with(img, width, height, Interpolation::Bilinear)
+}
+
+/// How an image is resampled: PIL's filters, antialiased when shrinking as PIL's are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Interpolation {
+    #[default]
+    Bilinear,
+    /// PIL's BICUBIC (a = -0.5: Catmull-Rom), LibreYOLO's classifiers' (timm's) choice.
+    Bicubic,
+}
+
+/// Resizes `img` to `width` x `height` with `filter`.
+pub fn resize_with(img: &RgbImage, width: u32, height: u32, filter: Interpolation) -> RgbImage {
     if img.width() == width && img.height() == height {
         return img.clone();
     }
     let src = Image::from_vec_u8(img.width(), img.height(), img.as_raw().clone(), PixelType::U8x3).expect("RGB8 buffer matches its size");
     let mut dst = Image::new(width.max(1), height.max(1), PixelType::U8x3);
-    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    let kernel = match filter {
+        Interpolation::Bilinear => FilterType::Bilinear,
+        Interpolation::Bicubic => FilterType::CatmullRom,
+    };
+    let options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(kernel));
     Resizer::new().resize(&src, &mut dst, &options).expect("same pixel type");
     RgbImage::from_raw(width.max(1), height.max(1), dst.into_vec()).expect("buffer of the requested size")
 }

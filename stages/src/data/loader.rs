@@ -49,7 +49,7 @@ pub enum Transform {
     /// Classification training: random resized crop and flips.
     Classify(ClassifyAugment),
     /// Classification evaluation: resize to `size / crop_pct`, centre crop.
-    CentreCrop { crop_pct: f64 },
+    CentreCrop { crop_pct: f64, interpolation: super::image::Interpolation },
 }
 
 impl Transform {
@@ -171,7 +171,7 @@ fn make_batches(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, spans: &[Vec<usize
                 Transform::Detect(aug) => sample::train_sample(ds, index, aug, (h, w), &mut rng()),
                 Transform::Letterbox => sample::val_sample(ds, index, (h, w)).0,
                 Transform::Classify(aug) => classify::train_sample(ds, index, aug, (h, w), &mut rng()),
-                Transform::CentreCrop { crop_pct } => classify::val_sample(ds, index, (h, w), *crop_pct),
+                Transform::CentreCrop { crop_pct, interpolation } => classify::val_sample(ds, index, (h, w), *crop_pct, *interpolation),
             }
         })
         .collect();
