@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Trained classification accuracy, side by side: LibreYOLO 1.6 and libreyolo-run train a ResNet
-from scratch on the same ImageFolder dataset with the same settings (each engine's defaults for
+"""Trained classification accuracy, side by side: LibreYOLO 1.6 and libreyolo-run train a classifier
+(`--family resnet|mobilenetv4`) from scratch on the same ImageFolder dataset with the same settings (each engine's defaults for
 the family: AdamW 1e-3, one warm-up epoch, cosine, EMA, validated every epoch), for several
 seeds, all runs at once on one GPU; prints each run's top-1/top-5 per epoch and the final and
 best top-1 per engine, and writes OUT/classify_compare.json.
 
-    python3 bench/classify_compare.py BIN DATA_DIR OUT [--size 18] [--seeds 0,1] [--epochs 30]
+    python3 bench/classify_compare.py BIN DATA_DIR OUT [--family resnet] [--size 18] [--seeds 0,1] [--epochs 30]
         [--batch 64] [--imgsz 224] [--dtype bf16] [--workers 4] [--engines ours,libreyolo] [--graph] [--device cuda|cpu]
 
 DATA_DIR: an ImageFolder directory (train/CLASS/*, val/CLASS/*), e.g. from bench/make_crops.py.
@@ -24,13 +24,16 @@ ROOT = os.path.dirname(HERE)
 
 LIBREYOLO = """
 import sys, torch, libreyolo
-data, out, name, seed, size, epochs, batch, imgsz, dtype, workers, nc, graph, device = sys.argv[1:]
+cls, data, out, name, seed, size, epochs, batch, imgsz, dtype, workers, nc, graph, device = sys.argv[1:]
 torch.manual_seed(int(seed))
-m = libreyolo.LibreResNet(None, size=size, nb_classes=int(nc), device=device)
+m = getattr(libreyolo, cls)(None, size=size, nb_classes=int(nc), device=device)
 m.train(data=data, epochs=int(epochs), batch=int(batch), imgsz=int(imgsz), device=device, workers=int(workers), seed=int(seed),
         project=out, name=name, exist_ok=True, amp=dtype != "f32" and device != "cpu", amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(dtype, "bfloat16"),
         cuda_graph=graph == "1")
 """
+
+
+LIBREYOLO_CLASS = {"resnet": "LibreResNet", "mobilenetv4": "LibreMobileNetV4"}
 
 
 def classes(data):
@@ -40,9 +43,9 @@ def classes(data):
 def command(args, engine, seed):
     name = f"{engine}{seed}"
     if engine == "libreyolo":
-        return [sys.executable, "-c", LIBREYOLO, args.data, args.out, name, str(seed), args.size, str(args.epochs), str(args.batch),
+        return [sys.executable, "-c", LIBREYOLO, LIBREYOLO_CLASS[args.family], args.data, args.out, name, str(seed), args.size, str(args.epochs), str(args.batch),
                 str(args.imgsz), args.dtype, str(args.workers), str(len(classes(args.data))), "1" if args.graph else "0", args.device]
-    return [args.bin, os.path.join(ROOT, f"manifests/resnet{args.size}.toml"), f"data={args.data}", f"epochs={args.epochs}",
+    return [args.bin, os.path.join(ROOT, f"manifests/{args.family}{args.size}.toml"), f"data={args.data}", f"epochs={args.epochs}",
             f"batch={args.batch}", f"imgsz={args.imgsz}", f"seed={seed}", f"workers={args.workers}", f"project={args.out}",
             f"name={name}", "exist_ok=true", f"precision.dtype={'fp16' if args.dtype == 'f16' else 'bf16'}",
             f"precision.amp={'false' if args.dtype == 'f32' else 'true'}", f"device={'cpu' if args.device == 'cpu' else '0'}"]
@@ -71,6 +74,7 @@ def main():
     ap.add_argument("bin")
     ap.add_argument("data")
     ap.add_argument("out")
+    ap.add_argument("--family", default="resnet", choices=sorted(LIBREYOLO_CLASS))
     ap.add_argument("--size", default="18")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--epochs", type=int, default=30)

@@ -46,7 +46,7 @@ class RepeatFirstBatch:
 
 
 # The families both engines train: LibreYOLO's class of each.
-LIBREYOLO_CLASS = {"yolo9": "LibreYOLO9", "yolox": "LibreYOLOX", "resnet": "LibreResNet"}
+LIBREYOLO_CLASS = {"yolo9": "LibreYOLO9", "yolox": "LibreYOLOX", "resnet": "LibreResNet", "mobilenetv4": "LibreMobileNetV4"}
 
 def epoch_rows(results_csv):
     """An engine's per-epoch rows as dicts: its results.csv, or, where LibreYOLO writes only its
