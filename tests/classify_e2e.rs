@@ -18,13 +18,19 @@ fn bin() -> Command {
 /// `root/{train,val}/{red,green,blue}/*.png`: noisy images whose dominant channel is the class,
 /// of varied sizes (the crops and the centre crop resize them).
 fn imagefolder(root: &Path, train: usize, val: usize) {
+    colour_folders(root, &["blue", "green", "red"], train, val);
+}
+
+/// `root/{train,val}/CLASS/*.png` for each colour of `classes` ("red", "green", "blue").
+fn colour_folders(root: &Path, classes: &[&str], train: usize, val: usize) {
     let mut seed = 7u64;
     let mut next = move || {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (seed >> 33) as u32
     };
     for (split, n) in [("train", train), ("val", val)] {
-        for (c, class) in ["blue", "green", "red"].iter().enumerate() {
+        for class in classes {
+            let channel = ["red", "green", "blue"].iter().position(|c| c == class).unwrap();
             let dir = root.join(split).join(class);
             std::fs::create_dir_all(&dir).unwrap();
             for i in 0..n {
@@ -32,8 +38,8 @@ fn imagefolder(root: &Path, train: usize, val: usize) {
                 let img = RgbImage::from_fn(w, h, |_, _| {
                     let mut px = [0u8; 3];
                     for (k, v) in px.iter_mut().enumerate() {
-                        // The class's channel: 150-250; BGR order of the folder names' sort.
-                        *v = if k == 2 - c { 150 + (next() % 100) as u8 } else { (next() % 120) as u8 };
+                        // The class's channel: 150-250.
+                        *v = if k == channel { 150 + (next() % 100) as u8 } else { (next() % 120) as u8 };
                     }
                     Rgb(px)
                 });
@@ -131,6 +137,21 @@ fn a_classifier_trains_on_an_imagefolder_and_val_reproduces_its_accuracy() {
     }
     let red = images.iter().filter(|im| im["top"][0]["name"] == "red").count();
     assert!(red as f64 / 6.0 >= best_top1 - 0.5, "{red} of 6 red images predicted red");
+
+    // Fine-tuning: the three-class weights train on a two-class dataset, the head's tensors
+    // sized for three classes starting fresh (as LibreYOLO rebuilds the head), the rest loaded.
+    let two = dir.path().join("two");
+    colour_folders(&two, &["green", "red"], 8, 2);
+    let mut tune = args.clone();
+    tune[1] = format!("data={}", two.display());
+    tune[3] = "name=tuned".into();
+    tune.push(format!("model.weights={}", run.join("weights/best.safetensors").display()));
+    tune.push("epochs=1".into());
+    let out = bin().env("LIBREYOLO_LOG", "warn").args(&tune).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("made for another class count; 2 tensor(s) of the head start from a fresh init for 2 classes"), "{log}");
+    assert!(log.contains("fc.weight: network [2, ") && log.contains("fc.bias: network [2], file [3]"), "{log}");
 }
 
 #[test]

@@ -34,32 +34,60 @@ pub struct LoadReport {
     pub loaded: usize,
     /// Auxiliary-branch keys skipped because the network has none.
     pub skipped_aux: usize,
+    /// Tensors sized for another class count that kept their fresh init ([`Fit::classes`]),
+    /// each as `name: network [..], file [..]`.
+    pub kept_init: Vec<String>,
 }
 
-/// Loads every tensor of `store` from `path`. With `partial`, keys missing from the file keep
-/// their current values (an overlay); unexpected and mis-shaped keys are errors either way.
-pub fn load_safetensors(store: &mut ParamStore, path: &Path, partial: bool) -> Result<LoadReport, WeightsError> {
-    load_prefixed(store, path, "", partial)
+/// What a load accepts of a file that does not fit the network exactly.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fit {
+    /// Keys missing from the file keep their current values (an overlay).
+    pub partial: bool,
+    /// Fine-tuning to this many classes, as LibreYOLO rebuilds a head for a new dataset: a
+    /// tensor that differs from the file's in one dimension only, the network's being this
+    /// class count, keeps its fresh init.
+    pub classes: Option<usize>,
+}
+
+/// `partial`, without a new class count.
+impl From<bool> for Fit {
+    fn from(partial: bool) -> Self {
+        Fit { partial, classes: None }
+    }
+}
+
+/// Whether `network` differs from `file` only in one dimension, `network`'s being `classes`.
+fn class_count_differs(network: &[usize], file: &[usize], classes: usize) -> bool {
+    let differing: Vec<usize> = (0..network.len()).filter(|&d| network.len() == file.len() && network[d] != file[d]).collect();
+    network.len() == file.len() && differing.len() == 1 && network[differing[0]] == classes
+}
+
+/// Loads every tensor of `store` from `path`. With `partial` (`fit: true`), keys missing from
+/// the file keep their current values (an overlay); unexpected and mis-shaped keys are errors
+/// either way, but for those [`Fit::classes`] lets keep their init.
+pub fn load_safetensors(store: &mut ParamStore, path: &Path, fit: impl Into<Fit>) -> Result<LoadReport, WeightsError> {
+    load_prefixed(store, path, "", fit)
 }
 
 /// Like `load_safetensors`, for keys stored as `prefix + name` (checkpoints keep several
 /// copies: `model.`, `train_model.`); keys without the prefix are ignored.
-pub fn load_prefixed(store: &mut ParamStore, path: &Path, prefix: &str, partial: bool) -> Result<LoadReport, WeightsError> {
+pub fn load_prefixed(store: &mut ParamStore, path: &Path, prefix: &str, fit: impl Into<Fit>) -> Result<LoadReport, WeightsError> {
     let bytes = std::fs::read(path).map_err(|source| WeightsError::Io { path: path.to_path_buf(), source })?;
     let file = SafeTensors::deserialize(&bytes).map_err(|e| WeightsError::Format { path: path.to_path_buf(), message: e.to_string() })?;
-    load_from(store, path, &file, prefix, partial)
+    load_from(store, path, &file, prefix, fit.into())
 }
 
 /// Loads a PyTorch checkpoint (`.pt`/`.pth`) written by LibreYOLO: the state dict under its
 /// `model` key (the EMA weights), or the file itself when it is a bare state dict.
-pub fn load_pytorch(store: &mut ParamStore, path: &Path, partial: bool) -> Result<LoadReport, WeightsError> {
+pub fn load_pytorch(store: &mut ParamStore, path: &Path, fit: impl Into<Fit>) -> Result<LoadReport, WeightsError> {
     use burn::store::pytorch_reader::PytorchReader;
     let format = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
     let reader = match PytorchReader::with_top_level_key(path, "model") {
         Ok(r) if !r.is_empty() => r,
         _ => PytorchReader::new(path).map_err(|e| format(format!("not a readable PyTorch checkpoint: {e}")))?,
     };
-    load_from(store, path, &reader, "", partial)
+    load_from(store, path, &reader, "", fit.into())
 }
 
 /// A file of named tensors.
@@ -107,19 +135,21 @@ impl TensorFile for burn::store::pytorch_reader::PytorchReader {
     }
 }
 
-fn load_from(store: &mut ParamStore, path: &Path, file: &dyn TensorFile, prefix: &str, partial: bool) -> Result<LoadReport, WeightsError> {
+fn load_from(store: &mut ParamStore, path: &Path, file: &dyn TensorFile, prefix: &str, fit: Fit) -> Result<LoadReport, WeightsError> {
     let has_aux = store.entries().iter().any(|e| AUX_PREFIXES.iter().any(|p| e.name.starts_with(p)));
     let key = |name: &str| format!("{prefix}{name}");
 
     let mut missing = vec![];
     let mut mismatched = vec![];
+    let mut kept_init = vec![];
     for entry in store.entries() {
         match file.shape(&key(&entry.name)) {
             Some(shape) if shape != entry.value.shape() => {
-                mismatched.push(format!("{}: network {:?}, file {:?}", entry.name, entry.value.shape(), shape));
+                let line = format!("{}: network {:?}, file {:?}", entry.name, entry.value.shape(), shape);
+                if fit.classes.is_some_and(|nc| class_count_differs(&entry.value.shape(), &shape, nc)) { kept_init.push(line) } else { mismatched.push(line) }
             }
             Some(_) => {}
-            None if partial => {}
+            None if fit.partial => {}
             None => missing.push(entry.name.clone()),
         }
     }
@@ -159,6 +189,9 @@ fn load_from(store: &mut ParamStore, path: &Path, file: &dyn TensorFile, prefix:
     for i in 0..store.len() {
         let entry = store.entry_mut(crate::params::ParamId(i));
         let Some(shape) = file.shape(&key(&entry.name)) else { continue };
+        if shape != entry.value.shape() {
+            continue; // sized for another class count: keeps its init (checked above)
+        }
         let (dtype, bytes) = file.bytes(&key(&entry.name)).map_err(|m| format_err(format!("{}: {m}", entry.name)))?;
         entry.value = match &entry.value {
             Value::Float(t) => {
@@ -170,7 +203,7 @@ fn load_from(store: &mut ParamStore, path: &Path, file: &dyn TensorFile, prefix:
         };
         loaded += 1;
     }
-    Ok(LoadReport { loaded, skipped_aux })
+    Ok(LoadReport { loaded, skipped_aux, kept_init })
 }
 
 fn floats(dtype: Dtype, d: &[u8]) -> Result<Vec<f32>, String> {

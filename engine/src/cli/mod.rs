@@ -140,7 +140,8 @@ fn eval_network(
     device: &burn::tensor::Device,
 ) -> Result<(libreyolo_families::Network, libreyolo_families::ParamStore), Failure> {
     let (network, mut params) = crate::network::build(loaded, nc, false, &burn::tensor::Device::flex())?;
-    crate::train::checkpoint::load_any(&mut params, weights).map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
+    crate::train::checkpoint::load_any(&mut params, weights, Default::default())
+        .map_err(|e| anyhow::anyhow!("loading weights={}: {e:#}", weights.display()))?;
     params.to_device(device);
     Ok((network, params))
 }

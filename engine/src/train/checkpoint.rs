@@ -61,10 +61,11 @@ pub fn load_optimizer(path: &Path, device: &Device) -> anyhow::Result<Vec<(Strin
 
 /// Weights for `model.weights=` / `predict weights=`: a checkpoint (its `model.` keys), a
 /// plain state dict with LibreYOLO's key names, or a LibreYOLO `.pt` checkpoint (its `model`).
-pub fn load_any(store: &mut ParamStore, path: &Path) -> anyhow::Result<()> {
+/// `fit`: what may differ (training from weights made for another class count).
+pub fn load_any(store: &mut ParamStore, path: &Path, fit: weights::Fit) -> anyhow::Result<weights::LoadReport> {
     if matches!(path.extension().and_then(|e| e.to_str()), Some("pt" | "pth")) {
-        return Ok(weights::load_pytorch(store, path, false).map(|_| ())?);
+        return Ok(weights::load_pytorch(store, path, fit)?);
     }
     let is_checkpoint = weights::read_metadata(path).map(|m| m.contains_key(STATE_KEY)).unwrap_or(false);
-    if is_checkpoint { load_weights(store, path, "model.") } else { Ok(weights::load_safetensors(store, path, false).map(|_| ())?) }
+    Ok(weights::load_prefixed(store, path, if is_checkpoint { "model." } else { "" }, fit)?)
 }

@@ -119,7 +119,18 @@ pub fn model(loaded: &LoadedManifest, nc: usize, device: &Device) -> anyhow::Res
     let with_aux = m.model.aux_weight > 0.0;
     let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
     if let Some(w) = &m.model.weights {
-        checkpoint::load_any(&mut params, w).with_context(|| format!("loading model.weights {}", w.display()))?;
+        // Weights made for another class count train on this dataset with a fresh head, as
+        // LibreYOLO rebuilds it (`_rebuild_for_new_classes`); anything else must fit.
+        let fit = libreyolo_families::weights::Fit { partial: false, classes: Some(nc) };
+        let report = checkpoint::load_any(&mut params, w, fit).with_context(|| format!("loading model.weights {}", w.display()))?;
+        if !report.kept_init.is_empty() {
+            tracing::warn!(
+                "model.weights {}: made for another class count; {} tensor(s) of the head start from a fresh init for {nc} classes: {}",
+                w.display(),
+                report.kept_init.len(),
+                report.kept_init.join("; ")
+            );
+        }
     }
     params.to_device(device);
     Ok(Model { network: Rc::new(network), params: Rc::new(RefCell::new(params)), nc, with_aux })
