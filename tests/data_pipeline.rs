@@ -268,9 +268,10 @@ fn ranks_shard_the_epoch_like_a_single_gpu_run() {
     }
 }
 
-/// An ImageFolder directory: classes from `train/`'s sub-folders (sorted), `test/` when there is
-/// no `val/`, a split folder given for the root, a broken image and a class `train/` lacks
-/// skipped, and the evaluation transform's centre crop of the resized image.
+/// An ImageFolder directory: classes from `train/`'s sub-folders (sorted), their own sub-folders
+/// read too, `test/` when there is no `val/`, a split folder given for the root, a broken image
+/// and a class `train/` lacks skipped, and the evaluation transform's centre crop of the resized
+/// image.
 #[test]
 fn imagefolder_datasets_read_like_torchvision() {
     let dir = tempfile::tempdir().unwrap();
@@ -284,15 +285,18 @@ fn imagefolder_datasets_read_like_torchvision() {
         }
     }
     std::fs::write(root.join("train/tulip/broken.jpg"), b"not an image").unwrap();
+    // A sub-folder of a class folder belongs to the class (torchvision walks them).
+    std::fs::create_dir_all(root.join("train/tulip/more")).unwrap();
+    std::fs::copy(root.join("train/tulip/0.png"), root.join("train/tulip/more/9.png")).unwrap();
     let cfg = DatasetConfig::load(&root.join("train")).unwrap();
     assert_eq!(cfg.layout, libreyolo_stages::data::Layout::Folder);
     assert_eq!(cfg.names, ["daisy", "tulip"]);
     assert_eq!(cfg.val, [root.join("test")]);
     let train = Dataset::open_folder("train", &cfg.train, &cfg.names, CacheMode::Ram).unwrap();
-    assert_eq!(train.len(), 5, "the broken file is skipped");
+    assert_eq!(train.len(), 6, "the broken file is skipped, the nested one read");
     assert_eq!(train.report.bad_images.len(), 1);
     let classes: Vec<u32> = train.items.iter().map(|i| i.labels[0].cls).collect();
-    assert_eq!(classes, [0, 0, 1, 1, 1]);
+    assert_eq!(classes, [0, 0, 1, 1, 1, 1]);
     let val = Dataset::open_folder("val", &cfg.val, &cfg.names, CacheMode::None).unwrap();
     assert_eq!(val.len(), 1, "`rose` is not a training class");
 

@@ -71,7 +71,8 @@ impl Dataset {
         Self::scan(split, sources, files, nc, Some(target), cache)
     }
 
-    /// Scans one split of an ImageFolder dataset: every image of `source/CLASS/` labelled with
+    /// Scans one split of an ImageFolder dataset: every image under `source/CLASS/` (its
+    /// sub-folders included, as torchvision's `ImageFolder` walks them) labelled with
     /// `CLASS`'s index in `names` (a box over the whole image), kept at its own size (the
     /// classification crops are cut from the original, as torchvision's transforms do). A
     /// sub-folder that is not one of `names` is skipped with a warning.
@@ -97,7 +98,7 @@ impl Dataset {
                     continue;
                 };
                 let mut images = vec![];
-                list_images(split, &folder, &mut images)?;
+                walk_images(&folder, &mut images).map_err(|e| DatasetError::Io { path: folder.clone(), source: e })?;
                 images.sort();
                 files.extend(images.into_iter().map(|f| (f, Some(cls as u32))));
             }
@@ -203,6 +204,22 @@ impl Dataset {
     pub fn has_labels(&self, i: usize) -> bool {
         !self.items[i].labels.is_empty()
     }
+}
+
+/// The images under `dir` and its sub-folders (hidden ones left out), following links.
+fn walk_images(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        if path.is_dir() {
+            walk_images(&path, out)?;
+        } else if path.is_file() && img::is_image(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
 }
 
 fn list_images(split: &str, source: &Path, out: &mut Vec<PathBuf>) -> Result<(), DatasetError> {
