@@ -433,6 +433,15 @@ pub struct Io<'a> {
 }
 
 impl Io<'_> {
+    /// The host batch the trainer put in [`crate::kinds::data_yolo::BATCH_SLOT`] for this step
+    /// (a data stage's input), taken: owned without a copy unless something else holds it.
+    pub fn take_batch(&mut self) -> anyhow::Result<Batch> {
+        let Some(Value::Batch(batch)) = self.board.take(crate::kinds::data_yolo::BATCH_SLOT) else {
+            anyhow::bail!("the data stage found no batch (it ran twice in one step)")
+        };
+        Ok(Rc::try_unwrap(batch).unwrap_or_else(|b| (*b).clone()))
+    }
+
     /// The value on input port `i`.
     pub fn input(&self, i: usize) -> anyhow::Result<&Value> {
         self.board.get(self.inputs[i]).ok_or_else(|| anyhow::anyhow!("input {i} has no value yet (a stage ran before its input)"))

@@ -7,7 +7,6 @@ use std::rc::Rc;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use crate::data::Batch;
-use crate::kinds::data_yolo::BATCH_SLOT;
 use crate::stage::{AnyTensor, Autodiff, Io, Kind, Stage, Ty, Value, no_collective, port};
 
 pub static KIND: Kind = Kind {
@@ -29,8 +28,7 @@ struct DataClassify {
 
 impl Stage for DataClassify {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
-        let Some(Value::Batch(batch)) = io.board.take(BATCH_SLOT) else { anyhow::bail!("the data stage found no batch (it ran twice in one step)") };
-        let batch = Rc::try_unwrap(batch).unwrap_or_else(|b| (*b).clone());
+        let batch = io.take_batch()?;
         let (images, labels) = upload(batch, &self.device)?;
         io.output(0, Value::Tensor(AnyTensor::R4(images)));
         io.output(1, Value::Tensor(AnyTensor::R1(labels)));

@@ -31,8 +31,7 @@ struct DataYolo {
 
 impl Stage for DataYolo {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
-        let Some(Value::Batch(batch)) = io.board.take(BATCH_SLOT) else { anyhow::bail!("the data stage found no batch (it ran twice in one step)") };
-        let batch = Rc::try_unwrap(batch).unwrap_or_else(|b| (*b).clone());
+        let batch = io.take_batch()?;
         let (images, targets) = upload(batch, &self.device);
         io.output(0, Value::Tensor(AnyTensor::R4(images)));
         io.output(1, Value::Tensor(AnyTensor::R3(targets)));
