@@ -51,6 +51,9 @@ def main():
     p.add_argument("--max-count", type=int, default=50)
     p.add_argument("--val-every", type=int, default=4)
     args = p.parse_args()
+    if os.path.isdir(args.out) and os.listdir(args.out):
+        # Crops are only ever added: a second run into the same folder would mix two datasets.
+        raise SystemExit(f"{args.out} exists and is not empty; remove it or give another OUT_DIR")
     names = [l.strip() for l in open(os.path.join(args.coco, "names.txt")) if l.strip()]
     crops = list(boxes(args.coco, args.min_side, args.pad))
     counts = collections.Counter(k for _, k, _, _ in crops)
