@@ -200,3 +200,21 @@ fn training_without_a_dataset_says_how_to_give_one() {
     assert!(stderr.contains("no dataset: this manifest leaves `data.dataset` to the command line"), "{stderr}");
     assert!(stderr.contains("data=path/to/data.yaml"), "{stderr}");
 }
+
+/// The dry run names the dataset and builds the network for its classes (the YAML or the class
+/// folders, no image read), or says there is none.
+#[test]
+fn dry_run_names_the_dataset_and_its_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    for class in ["cat", "dog"] {
+        std::fs::create_dir_all(dir.path().join("train").join(class)).unwrap();
+    }
+    let data = format!("data={}", dir.path().display());
+    let out = run(&["manifests/resnet18.toml", "--dry-run", "device=cpu", &data]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("(an ImageFolder directory, 2 classes)") && stdout.contains("(nc=2)"), "{stdout}");
+    let out = run(&["manifests/resnet18.toml", "--dry-run", "device=cpu"]);
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("no dataset (give `data=`); nc=80"), "{stdout}");
+}

@@ -8,7 +8,16 @@ use crate::dag::StepDag;
 use crate::device::ResolvedDevice;
 use crate::manifest::LoadedManifest;
 
-pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, params: &ParamStore, nc: usize) -> String {
+/// How a dataset carries its labels, in words.
+pub fn layout_name(layout: libreyolo_stages::data::Layout) -> &'static str {
+    match layout {
+        libreyolo_stages::data::Layout::Yolo => "a YOLO dataset YAML",
+        libreyolo_stages::data::Layout::Folder => "an ImageFolder directory",
+    }
+}
+
+/// The report; `data`: the dataset in a line (or why it cannot be read).
+pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, params: &ParamStore, nc: usize, data: &str) -> String {
     let m = &loaded.manifest;
     let mut out = String::new();
     let _ = writeln!(out, "# dry run of {}", loaded.source.path.display());
@@ -25,6 +34,7 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
     let _ = writeln!(out, "{}", toml::to_string_pretty(&settings).expect("the manifest serializes").trim_end());
 
     let _ = writeln!(out, "\n## device\n\n{}", device.describe());
+    let _ = writeln!(out, "\n## data\n\n{data}");
 
     let _ = writeln!(
         out,

@@ -152,11 +152,19 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     crate::device::use_deterministic_reductions(loaded.manifest.run.deterministic);
     let dag = StepDag::build(&loaded)?;
     let device = run_device(&loaded)?;
-    let nc = loaded.manifest.model.nc.map(|n| n as usize).unwrap_or(crate::network::DEFAULT_NC);
+    // The classes: `model.nc`, else the dataset's (its YAML or class folders, no image read).
+    let dataset = loaded.manifest.data.dataset.as_ref().map(|_| crate::data::config(&loaded));
+    let dataset_nc = dataset.as_ref().and_then(|d| d.as_ref().ok()).map(|c| c.nc());
+    let nc = loaded.manifest.model.nc.map(|n| n as usize).or(dataset_nc).unwrap_or(crate::network::DEFAULT_NC);
     let with_aux = loaded.manifest.model.aux_weight > 0.0;
     let (_, params) = crate::network::build(&loaded, nc, with_aux, &burn::tensor::Device::flex())?;
     if args.dry_run {
-        print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc));
+        let data = match &dataset {
+            None => format!("no dataset (give `data=`); nc={nc} for the network below"),
+            Some(Ok(c)) => format!("{} ({}, {} classes)", c.yaml.display(), dry_run::layout_name(c.layout), c.nc()),
+            Some(Err(d)) => format!("cannot be read:\n{}", d.render(false)),
+        };
+        print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc, &data));
         return Ok(());
     }
     let m = &loaded.manifest;
