@@ -46,5 +46,6 @@ pub const BLOCKS: &[&crate::block::BlockKind] = &[
     &crate::resnet::classify::BLOCK,
     &crate::mobilenetv4::stem::BLOCK,
     &crate::mobilenetv4::conv_bn_act::BLOCK,
+    &crate::mobilenetv4::edge_residual::BLOCK,
     &crate::mobilenetv4::uir::BLOCK,
 ];
