@@ -171,7 +171,7 @@ pub fn run<'a>(
             }
         };
         let name_of = |c: usize| names.get(c).cloned().unwrap_or_else(|| c.to_string());
-        let (detections, top) = if network.head().as_classifier().is_some() {
+        let (detections, top) = if crate::train::validate::Task::of(network) == crate::train::validate::Task::Classify {
             let top = classify(&forward, &image, device, cfg, graphs)?;
             (None, Some(top.into_iter().map(|(class, score)| JsonClass { class, name: name_of(class), score }).collect()))
         } else {

@@ -123,7 +123,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
         let top: Vec<String> = r.top.iter().flatten().map(|c| format!("{} {:.2}", c.name, c.score)).collect();
         println!("{}: {}", r.image.display(), top.join(", "));
     }
-    let found = if network.head().as_classifier().is_some() {
+    let found = if crate::train::validate::Task::of(&network) == crate::train::validate::Task::Classify {
         format!("top {} classes each", predict::TOP_K)
     } else {
         format!("{n} detection(s) (conf {}, iou {})", own.conf, own.iou)
