@@ -62,14 +62,15 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
             anyhow::anyhow!("weights={} were trained for {} classes, but the dataset `{}` has {nc}", weights.display(), state.nc, cfg.yaml.display()).into()
         );
     }
-    let dataset = data::open(&loaded, &cfg, Split::Val)?;
     let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
+    let task = validate::Task::of(&network);
+    // Before the split is scanned: a dataset of the other task is an error at once.
+    data::check_layout(&cfg, task)?;
+    let dataset = data::open(&loaded, &cfg, Split::Val)?;
     let precision = Precision::new(m, resolved.backend, &device)?;
 
     let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), data::transforms(&loaded, cfg.layout).val, (0, 1));
     let nms = validate::nms_config(&m.val);
-    let task = validate::Task::of(&network);
-    data::check_layout(&cfg, task)?;
     let start = std::time::Instant::now();
     let out = validate::run(&network, &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;
     let (seconds, dets, names) = (start.elapsed().as_secs_f64(), out.detections, task.metric_names());
