@@ -432,13 +432,15 @@ pub struct Io<'a> {
     pub step: StepInfo,
 }
 
+/// The slot the trainer puts each step's host batch in, for the data stage to take
+/// ([`Io::take_batch`]).
+pub const BATCH_SLOT: Slot = 0;
+
 impl Io<'_> {
-    /// The host batch the trainer put in [`crate::kinds::data_yolo::BATCH_SLOT`] for this step
+    /// The host batch the trainer put in [`BATCH_SLOT`] for this step
     /// (a data stage's input), taken: owned without a copy unless something else holds it.
     pub fn take_batch(&mut self) -> anyhow::Result<Batch> {
-        let Some(Value::Batch(batch)) = self.board.take(crate::kinds::data_yolo::BATCH_SLOT) else {
-            anyhow::bail!("the data stage found no batch (it ran twice in one step)")
-        };
+        let Some(Value::Batch(batch)) = self.board.take(BATCH_SLOT) else { anyhow::bail!("the data stage found no batch (it ran twice in one step)") };
         Ok(Rc::try_unwrap(batch).unwrap_or_else(|b| (*b).clone()))
     }
 

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use burn::tensor::{Device, FloatDType};
 use libreyolo_stages::data::Batch;
-use libreyolo_stages::kinds::data_yolo::BATCH_SLOT;
+use libreyolo_stages::stage::BATCH_SLOT;
 use libreyolo_stages::stage::{Board, Io, LossTerms, Slot, Stage, StepInfo, Tape, Value};
 
 use super::program::{Program, StageRef};

@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use libreyolo_stages::kinds::data_yolo::BATCH_SLOT;
+use libreyolo_stages::stage::BATCH_SLOT;
 use libreyolo_stages::stage::{Autodiff, Parallel, Part, Slot, Ty};
 
 use crate::dag::StepDag;

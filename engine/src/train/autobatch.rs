@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use burn::tensor::Device;
 use libreyolo_stages::data::Batch;
-use libreyolo_stages::kinds::data_yolo::BATCH_SLOT;
+use libreyolo_stages::stage::BATCH_SLOT;
 use libreyolo_stages::stage::{Alone, Board, Part, StepInfo, Value};
 
 use crate::dag::StepDag;

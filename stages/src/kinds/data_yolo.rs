@@ -22,9 +22,6 @@ pub static KIND: Kind = Kind {
     build: |b| Ok(Rc::new(DataYolo { device: b.device.clone() })),
 };
 
-/// The slot the trainer puts each step's host batch in.
-pub const BATCH_SLOT: crate::stage::Slot = 0;
-
 struct DataYolo {
     device: Device,
 }
