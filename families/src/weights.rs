@@ -59,8 +59,8 @@ impl From<bool> for Fit {
 
 /// Whether `network` differs from `file` only in one dimension, `network`'s being `classes`.
 fn class_count_differs(network: &[usize], file: &[usize], classes: usize) -> bool {
-    let differing: Vec<usize> = (0..network.len()).filter(|&d| network.len() == file.len() && network[d] != file[d]).collect();
-    network.len() == file.len() && differing.len() == 1 && network[differing[0]] == classes
+    let mut differing = (0..network.len()).filter(|&d| network[d] != file[d]);
+    network.len() == file.len() && matches!((differing.next(), differing.next()), (Some(d), None) if network[d] == classes)
 }
 
 /// Loads every tensor of `store` from `path`. With `partial` (`fit: true`), keys missing from
