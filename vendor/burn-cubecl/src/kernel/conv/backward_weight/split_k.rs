@@ -23,6 +23,7 @@ use cubecl::prelude::*;
 use cubek::convolution::components::ConvSetupError;
 use cubek::reduce::components::instructions::ReduceOperationConfig;
 
+use super::split_k_mma::{MMA_UNITS, wgrad_split_k_mma_kernel};
 use crate::{
     kernel::{
         cast,
@@ -297,6 +298,24 @@ pub fn wgrad_split_k<const N: usize>(
     }
     // 64-bit offsets where a tensor holds more than 2^32 elements (u32 below, as before).
     let address = address_type!(input, out_grad, partials);
+    if use_tensor_cores(&client, dtype) {
+        wgrad_split_k_mma_kernel::launch(
+            &client,
+            CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
+            CubeDim::new_1d(MMA_UNITS as u32),
+            address,
+            input.into_tensor_arg(),
+            out_grad.into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
+            shape,
+            conv,
+            rm,
+            cols_by_row,
+            grad_by_row,
+            dtype_to_storage_type(dtype),
+        );
+        return sum_splits(partials, dtype, weight_shape);
+    }
     wgrad_split_k_kernel::launch(
         &client,
         CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
@@ -313,7 +332,29 @@ pub fn wgrad_split_k<const N: usize>(
         dtype_to_storage_type(dtype),
     );
 
+    sum_splits(partials, dtype, weight_shape)
+}
+
+/// The slices' partial tiles `[splits, c_out, J]` summed in a fixed order, in `dtype`.
+fn sum_splits(partials: CubeTensor, dtype: DType, weight_shape: Shape) -> Result<CubeTensor, ConvSetupError> {
     let summed = reduce_dim(partials, None, 0, KernelReduceStrategy::default(), ReduceOperationConfig::Sum)
         .map_err(|_| ConvSetupError::Unknown)?; // [1, c_out, J]
     Ok(reshape(cast(summed, dtype), weight_shape))
+}
+
+/// Whether the 16-bit operands go through the tensor-core kernel (`split_k_mma.rs`): f16 and
+/// bf16 where the device has 16x16x16 fragments of that type accumulating in f32, unless
+/// `BURN_WGRAD_MMA=0` (the CUDA-core kernel, for A/B measurements).
+fn use_tensor_cores(client: &cubecl::client::Client, dtype: DType) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *OFF.get_or_init(|| std::env::var("BURN_WGRAD_MMA").is_ok_and(|v| v.trim() == "0")) {
+        return false;
+    }
+    let elem = match dtype {
+        DType::F16 => cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16),
+        DType::BF16 => cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::BF16),
+        _ => return false,
+    };
+    let f32_elem = cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32);
+    client.features().matmul.cmma.iter().any(|c| c.a_type == elem && c.b_type == elem && c.cd_type == f32_elem && (c.m, c.n, c.k) == (16, 16, 16))
 }
