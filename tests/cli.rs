@@ -29,7 +29,7 @@ fn text(out: &Output) -> (String, String) {
 
 #[test]
 fn dry_run_prints_settings_device_and_plan() {
-    let out = run(&["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu", "deterministic=true"]);
+    let out = run(&["manifests/yolo9t.toml", "--dry-run", "cuda_graph=true", "device=cpu", "deterministic=true", "compile=max-autotune"]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stdout.contains("## settings (resolved)"), "{stdout}");
@@ -40,6 +40,7 @@ fn dry_run_prints_settings_device_and_plan() {
     assert!(stdout.contains("7 stages, 3 segments, 2 seams"), "{stdout}");
     assert!(stdout.contains("#2 captured [forward, loss, backward, optimizer, ema]"), "{stdout}");
     assert!(stdout.contains("this build: cuda_graph=true ignored (device is not CUDA)"), "{stdout}");
+    assert!(stdout.contains("compile=max-autotune ignored (the device is not CUDA)"), "{stdout}");
     assert!(stdout.contains("#2 | #3  optimizer.params"), "{stdout}");
     assert!(stdout.contains("## program"), "{stdout}");
     // LibreYOLO's contract is one marking away.
@@ -108,10 +109,12 @@ fn doctor_passes_on_the_cpu() {
 fn cuda_graph_on_the_cpu_logs_one_line_and_trains_eager() {
     let dir = tempfile::tempdir().unwrap();
     let project = format!("project={}", dir.path().display());
-    let out = run(&["manifests/yolo9t.toml", &coco128(), "cuda_graph=true", "device=cpu", "epochs=1", "imgsz=64", "batch=32", "val=false", &project]);
+    let out = run(&["manifests/yolo9t.toml", &coco128(), "cuda_graph=true", "compile=reduce-overhead", "device=cpu", "epochs=1", "imgsz=64", "batch=32", "val=false", &project]);
     let (_, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("cuda_graph=true ignored (device is not CUDA); training runs eager.").count(), 1, "{stderr}");
+    // LibreYOLO's compile is CUDA-only too: one warning, and training goes on.
+    assert_eq!(stderr.matches("compile=reduce-overhead ignored (the device is not CUDA); training runs with the default kernels.").count(), 1, "{stderr}");
 }
 
 #[test]

@@ -374,3 +374,19 @@ fn a_size_manifest_extends_the_base_and_errors_point_at_the_file_that_wrote_the_
     let out = manifest::load(&dir.path().join("b.toml"), &[]).err().unwrap().render(false);
     assert!(out.contains("extends a manifest that extends this one"), "{out}");
 }
+
+#[test]
+fn compile_takes_libreyolo_spellings() {
+    use libreyolo_run::manifest::CompileMode;
+    let mode = |v: &str| load(&shipped_manifest(), &[v]).unwrap().0.manifest.capture.compile;
+    assert_eq!(load(&shipped_manifest(), &[]).unwrap().0.manifest.capture.compile, CompileMode::Off);
+    assert_eq!(mode("compile=true"), CompileMode::Default);
+    assert_eq!(mode("compile=default"), CompileMode::Default);
+    assert_eq!(mode("compile=reduce-overhead"), CompileMode::ReduceOverhead);
+    assert_eq!(mode("compile=Max-Autotune"), CompileMode::MaxAutotune);
+    assert_eq!(mode("capture.compile=max-autotune-no-cudagraphs"), CompileMode::MaxAutotuneNoCudagraphs);
+    assert_eq!(mode("compile=no"), CompileMode::Off);
+    let out = error(&shipped_manifest(), &["compile=fast"]);
+    assert!(out.contains("reduce-overhead") && out.contains("max-autotune-no-cudagraphs"), "{out}");
+    assert!(out.contains("compile=fast"), "the report points at the argument: {out}");
+}

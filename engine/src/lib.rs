@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod capture;
 pub mod cli;
+pub mod compile;
 pub mod dag;
 pub mod data;
 pub mod device;

@@ -64,6 +64,9 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             "off (capture.enabled=false / cuda_graph=false: every stage runs eager)".to_string()
         }
     );
+    if let Some(line) = crate::compile::describe(m.capture.compile, device.backend, device.devices().len()) {
+        let _ = writeln!(out, "{line}");
+    }
     let _ = writeln!(out, "\nstages, in execution order:");
     let name_w = dag.stages.iter().map(|s| s.name.len()).max().unwrap_or(0);
     let kind_w = dag.stages.iter().map(|s| s.kind.name.len()).max().unwrap_or(0);

@@ -18,7 +18,7 @@ pub use keypath::{KeyPath, Segment};
 pub use overrides::Override;
 pub use schema::*;
 pub use source::{ManifestSource, Part};
-pub use values::{AmpDtype, CacheMode, CaptureMode, DeviceRequest, ImgSize, Optimizer, Scheduler};
+pub use values::{AmpDtype, CacheMode, CaptureMode, CompileMode, DeviceRequest, ImgSize, Optimizer, Scheduler};
 
 /// A manifest that parsed, passed every check, and remembers where each setting came from.
 pub struct LoadedManifest {

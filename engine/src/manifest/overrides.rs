@@ -44,6 +44,7 @@ impl Override {
 const ALIASES: &[(&str, &str)] = &[
     ("data", "data.dataset"),
     ("cuda_graph", "capture.enabled"),
+    ("compile", "capture.compile"),
     ("amp_dtype", "precision.dtype"),
     ("mosaic", "augment.mosaic_prob"),
     ("mixup", "augment.mixup_prob"),

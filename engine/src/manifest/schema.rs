@@ -282,11 +282,14 @@ pub struct CaptureSettings {
     pub threshold: u32,
     /// Most graphs kept alive at once (one per input shape and segment).
     pub max_graphs: u32,
+    /// LibreYOLO's `compile` (`compile=`): `false`, `true`, or a torch.compile mode, mapped to
+    /// this engine's kernel selection, fusion search and capture (`crate::compile`).
+    pub compile: super::values::CompileMode,
 }
 
 impl Default for CaptureSettings {
     fn default() -> Self {
-        Self { enabled: super::values::CaptureMode::Auto, threshold: 3, max_graphs: 1 }
+        Self { enabled: super::values::CaptureMode::Auto, threshold: 3, max_graphs: 1, compile: super::values::CompileMode::Off }
     }
 }
 

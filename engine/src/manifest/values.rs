@@ -199,6 +199,77 @@ pub enum Scheduler {
     Yoloxwarmcos,
 }
 
+/// `capture.compile` (`compile=`), LibreYOLO's `train(compile=...)`: `false` (the default),
+/// `true` (= `"default"`), or one of torch.compile's modes. What each means in this engine (kernel
+/// selection, fusion search, capture) is `crate::compile`'s; the spellings and the error are
+/// LibreYOLO's `normalize_compile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CompileMode {
+    #[default]
+    Off,
+    Default,
+    ReduceOverhead,
+    MaxAutotune,
+    MaxAutotuneNoCudagraphs,
+}
+
+impl CompileMode {
+    /// The modes besides `false`, as LibreYOLO names them.
+    pub const MODES: [(&'static str, CompileMode); 4] = [
+        ("default", CompileMode::Default),
+        ("reduce-overhead", CompileMode::ReduceOverhead),
+        ("max-autotune", CompileMode::MaxAutotune),
+        ("max-autotune-no-cudagraphs", CompileMode::MaxAutotuneNoCudagraphs),
+    ];
+
+    /// LibreYOLO's spelling (`false` for off).
+    pub fn name(self) -> &'static str {
+        Self::MODES.iter().find(|(_, m)| *m == self).map_or("false", |(n, _)| n)
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Some(CompileMode::Default),
+            "false" | "0" | "no" | "" => Some(CompileMode::Off),
+            other => Self::MODES.iter().find(|(n, _)| *n == other).map(|(_, m)| *m),
+        }
+    }
+}
+
+impl std::fmt::Display for CompileMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for CompileMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CompileMode::Off => s.serialize_bool(false),
+            other => s.serialize_str(other.name()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CompileMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = CompileMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or one of \"default\", \"reduce-overhead\", \"max-autotune\", \"max-autotune-no-cudagraphs\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<CompileMode, E> {
+                Ok(if v { CompileMode::Default } else { CompileMode::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CompileMode, E> {
+                CompileMode::parse(v).ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// `capture.enabled` (`cuda_graph=`), as LibreYOLO reads `cuda_graph`: `true`, `false`, or
 /// `"auto"` — captured where the device records CUDA graphs, eager elsewhere without a word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

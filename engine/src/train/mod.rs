@@ -70,8 +70,9 @@ pub struct Datasets {
 /// Trains `loaded` on `resolved`: on its one device, or data-parallel on several (one thread
 /// and replica per GPU, gradients averaged through NCCL; see [`replica`]).
 pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) -> anyhow::Result<TrainSummary> {
-    let datasets = prepare(loaded)?;
     let devices = resolved.devices();
+    crate::compile::apply(loaded.manifest.capture.compile, resolved.backend, devices.len());
+    let datasets = prepare(loaded)?;
     // AutoBatch probes one GPU before the replicas start, as LibreYOLO does before spawning.
     let batch = resolve_batch(loaded, dag, datasets.nc, resolved, devices.len(), false)?;
     let replicas = Replica::group(devices);
@@ -81,6 +82,7 @@ pub fn train(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice) 
 /// Rank `rank` of a torchrun-style launch over `resolved`'s GPUs: this process trains on
 /// `cuda:rank`, the others are processes too (the NCCL identifier is already agreed).
 pub fn train_process(loaded: &LoadedManifest, dag: &StepDag, resolved: &ResolvedDevice, rank: usize) -> anyhow::Result<TrainSummary> {
+    crate::compile::apply(loaded.manifest.capture.compile, resolved.backend, resolved.devices().len());
     let datasets = prepare(loaded)?;
     let batch = resolve_batch(loaded, dag, datasets.nc, resolved, resolved.devices().len(), true)?;
     fit::fit(loaded, dag, resolved, &datasets, batch, Replica::process(rank, resolved.devices()))

@@ -81,7 +81,9 @@ pub fn program_options(loaded: &LoadedManifest, backend: Backend, world: usize, 
     } else {
         None
     };
-    Options { capture: m.capture.enabled.wanted(), refused, parallel: Parallel { world, sync_bn: m.run.sync_bn }, accumulate }
+    // A graph-replaying `compile` mode captures whatever `cuda_graph` says, as in LibreYOLO.
+    let capture = m.capture.enabled.wanted() || crate::compile::implies_graphs(m.capture.compile, backend, world);
+    Options { capture, refused, parallel: Parallel { world, sync_bn: m.run.sync_bn }, accumulate }
 }
 
 /// The optimizer the manifest names.
