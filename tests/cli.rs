@@ -109,7 +109,18 @@ fn doctor_passes_on_the_cpu() {
 fn cuda_graph_on_the_cpu_logs_one_line_and_trains_eager() {
     let dir = tempfile::tempdir().unwrap();
     let project = format!("project={}", dir.path().display());
-    let out = run(&["manifests/yolo9t.toml", &coco128(), "cuda_graph=true", "compile=reduce-overhead", "device=cpu", "epochs=1", "imgsz=64", "batch=32", "val=false", &project]);
+    let out = run(&[
+        "manifests/yolo9t.toml",
+        &coco128(),
+        "cuda_graph=true",
+        "compile=reduce-overhead",
+        "device=cpu",
+        "epochs=1",
+        "imgsz=64",
+        "batch=32",
+        "val=false",
+        &project,
+    ]);
     let (_, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(stderr.matches("cuda_graph=true ignored (device is not CUDA); training runs eager.").count(), 1, "{stderr}");
