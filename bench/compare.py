@@ -139,7 +139,7 @@ def ours(args, size, batch, dtype, mode, out, kernel_cache=None):
             "dataload_ms": real["dataload_ms"], "step_ms_min": real.get("step_ms_min"), "step_ms_median": real.get("step_ms_median"),
             "gpu_util": p["gpu_util"] if p.get("kernel_timing") else None, "bound": p["bound"],
             "peak_memory_mb": p.get("peak_memory_mb"), "warmup_s": window.get("warmup_s"), "first_step_s": window.get("first_step_s"),
-            "wall_s": wall, "captured": p["meta"]["capture"],
+            "wall_s": wall, "captured": p["meta"]["capture"], "replayed_steps": window.get("replayed_steps"),
             "fell_back": reason is not None, "fallback_reason": reason, **kernels}
 
 

@@ -21,11 +21,13 @@ runs=(
   "max-autotune||10 48|300"
   "max-autotune-no-cudagraphs|cuda_graph=false|4 12|120"
 )
-echo "| compile= | settings | median step ms | fastest ms | warm-up s | captured |" | tee -a "$OUT/compile_modes.txt"
+echo "| compile= | settings | median step ms | fastest ms | warm-up s | window steps that replayed a graph |" | tee -a "$OUT/compile_modes.txt"
 for run in "${runs[@]}"; do
   IFS='|' read -r mode extra window limit <<< "$run"
   read -r warmup steps <<< "$window"
   name="$mode${extra:+_no_cuda_graph}"
+  # A run cut short by its limit must not leave an earlier run's profile to be read.
+  rm -rf "${work:?}/$name"
   timeout "$limit" "$BIN" profile run "$manifest" "data=$data" "batch=$batch" device=0 workers=8 cache=ram \
     precision.dtype=bf16 precision.amp=true seed=0 data.fixed_batch=true "profile.warmup=$warmup" "profile.steps=$steps" \
     "project=$work" "name=$name" exist_ok=true "compile=$mode" $extra > "$work/$name.log" 2>&1
@@ -39,7 +41,8 @@ except OSError:
     print(f"| {mode} | {extra} | - | - | - | (exit {rc}, no profile) |")
     sys.exit()
 real, window = p["real"], p.get("window", {})
-print(f"| {mode} | {extra} | {real['step_ms_median']:.1f} | {real['step_ms_min']:.1f} | {window.get('warmup_s', float('nan')):.1f} | {p['meta']['capture']} |")
+replayed = f"{window.get('replayed_steps', '?')} of {window['real_steps'] + window['synced_steps']}" if p['meta']['capture'] else "no graphs"
+print(f"| {mode} | {extra} | {real['step_ms_median']:.1f} | {real['step_ms_min']:.1f} | {window.get('warmup_s') or float('nan'):.1f} | {replayed} |")
 PY
   grep -h "compile=" "$work/$name.log" | head -2
 done

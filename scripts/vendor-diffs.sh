@@ -11,9 +11,16 @@ declare -A PUBLISHED=(
   [cubecl-opt]=8ed71c9     # vendor: cubecl-opt 0.11.3 exactly as published
 )
 mkdir -p vendor/patches
+# A scratch index, so that marking new files for the diff leaves the user's index alone.
+index=$(mktemp)
+trap 'rm -f "$index"' EXIT
+export GIT_INDEX_FILE=$index
+git read-tree HEAD
 for crate in "${!PUBLISHED[@]}"; do
-  # Against the working tree, new files included (intent-to-add shows them to git diff).
+  # Against the working tree, new files included (intent-to-add shows them to git diff); plain
+  # a/ b/ prefixes and no external diff whatever the user's git configuration, for `git apply`.
   git add -N "vendor/$crate"
-  git diff --no-color "${PUBLISHED[$crate]}" -- "vendor/$crate" > "vendor/patches/$crate.diff"
+  git -c diff.noprefix=false -c diff.mnemonicPrefix=false diff --no-ext-diff --no-color "${PUBLISHED[$crate]}" -- "vendor/$crate" \
+    > "vendor/patches/$crate.diff"
   echo "vendor/patches/$crate.diff: $(grep -c '^diff --git' "vendor/patches/$crate.diff") files, $(wc -l < "vendor/patches/$crate.diff") lines"
 done

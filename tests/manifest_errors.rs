@@ -386,6 +386,10 @@ fn compile_takes_libreyolo_spellings() {
     assert_eq!(mode("compile=Max-Autotune"), CompileMode::MaxAutotune);
     assert_eq!(mode("capture.compile=max-autotune-no-cudagraphs"), CompileMode::MaxAutotuneNoCudagraphs);
     assert_eq!(mode("compile=no"), CompileMode::Off);
+    // Numbers arrive as TOML integers: 1 and 0 as LibreYOLO reads them, others refused.
+    assert_eq!(mode("compile=1"), CompileMode::Default);
+    assert_eq!(mode("compile=0"), CompileMode::Off);
+    assert!(load(&shipped_manifest(), &["compile=2"]).is_err());
     let out = error(&shipped_manifest(), &["compile=fast"]);
     assert!(out.contains("reduce-overhead") && out.contains("max-autotune-no-cudagraphs"), "{out}");
     assert!(out.contains("compile=fast"), "the report points at the argument: {out}");

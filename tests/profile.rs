@@ -45,6 +45,8 @@ fn profile_run_writes_valid_artifacts_and_a_verdict() {
         assert!(phases.contains(&ph), "phase {ph} missing from {phases:?}");
     }
     assert!(p.real.step_ms > 0.0 && p.real.img_per_s > 0.0);
+    // `cuda_graph=auto` on the CPU: no graphs, so no step replayed one.
+    assert!(!p.meta.capture && p.window.replayed_steps == 0);
     // Both from the real half (steps under half the median left out: the analysis unit tests).
     assert!(0.0 < p.real.step_ms_min && p.real.step_ms_min <= p.real.step_ms_median);
     assert!((p.real.img_per_s - 8.0 / (p.real.step_ms / 1000.0)).abs() < 1e-6);
@@ -131,4 +133,19 @@ fn profile_repeat_aggregates_the_trials() {
     assert!((agg["img_per_s"].as_f64().unwrap() - mean).abs() < 1e-9);
     assert!((agg["img_per_s_std"].as_f64().unwrap() - (trials[0] - trials[1]).abs() / 2.0).abs() < 1e-9, "population std");
     assert!(stdout.contains("img/s: ") && stdout.contains("(n=2)"), "{stdout}");
+}
+
+#[test]
+fn a_captured_profile_counts_the_window_steps_that_replayed_the_graph() {
+    // Software graphs run the capture path on the CPU: recorded at the threshold's third step,
+    // replayed after; the profile says how many measured steps ran the graph.
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin().args(["profile", "run", "manifests/yolo9t.toml"]).args(small(dir.path())).env("LIBREYOLO_CAPTURE_SOFTWARE", "1").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let p = artifacts::read(&dir.path().join("prof").join("profile.json")).unwrap();
+    assert!(p.meta.capture, "software graphs set up");
+    let window = p.window.real_steps + p.window.synced_steps;
+    assert!(p.window.replayed_steps > 0 && p.window.replayed_steps <= window, "{} of {window}", p.window.replayed_steps);
+    assert!(stderr.contains(&format!("captured: {} of {window} window steps replayed the graph", p.window.replayed_steps)), "{stderr}");
 }

@@ -15,7 +15,8 @@
 //!
 //! As in LibreYOLO, a mode only applies to a single-GPU CUDA run: on the CPU and across several
 //! GPUs it is ignored with one warning and training goes on. A knob's environment variable set
-//! by the user wins over the mode (the log line says so).
+//! by the user wins over the mode (the log line says so), and a `burn.toml` above the working
+//! directory configures burn's fusion search instead (`crate::fusion_search`).
 
 use crate::device::Backend;
 use crate::manifest::CompileMode;
@@ -62,18 +63,27 @@ pub fn implies_graphs(mode: CompileMode, backend: Backend, world: usize) -> bool
     settings(mode).is_some_and(|s| s.graphs) && refused(backend, world).is_none()
 }
 
-/// `mode` for this run in a line: what it sets, or why it is ignored; `None` for `false`.
+/// `mode` for this run in a line: what it sets (the environment's value where it wins), or why
+/// it is ignored; `None` for `false`.
 pub fn describe(mode: CompileMode, backend: Backend, world: usize) -> Option<String> {
     let s = settings(mode)?;
     Some(match refused(backend, world) {
         Some(why) => format!("compile={mode} ignored ({why})"),
         None => format!(
             "compile={mode}: convolution kernels {}, fusion search {} blocks{}",
-            s.conv_kernels,
-            s.fusion_blocks,
+            kept(crate::kernel_cache::CONV_KERNELS_ENV, s.conv_kernels),
+            kept(crate::fusion_search::ENV, &s.fusion_blocks.to_string()),
             if s.graphs { ", CUDA graphs on" } else { "" }
         ),
     })
+}
+
+/// What holds for `var` once a mode asks for `value`: the environment's value, if it has one.
+fn kept(var: &str, value: &str) -> String {
+    match std::env::var(var) {
+        Ok(given) => format!("{given} ({var} given, kept over the mode's {value})"),
+        Err(_) => value.to_string(),
+    }
 }
 
 /// Applies `mode` to this process: sets the kernel knobs the user left unset, logging one line.
@@ -92,15 +102,13 @@ pub fn apply(mode: CompileMode, backend: Backend, world: usize) {
 
 /// Sets `var` to `value` unless the environment already has it; describes what holds.
 fn set_unless_given(var: &str, value: &str) -> String {
-    match std::env::var(var) {
-        Ok(given) => format!("{given} ({var} given, kept over the mode's {value})"),
-        Err(_) => {
-            // SAFETY: called at the start of training, before any thread that reads the
-            // environment exists (burn and cubecl read these at their first use).
-            unsafe { std::env::set_var(var, value) };
-            value.to_string()
-        }
+    let holds = kept(var, value);
+    if std::env::var_os(var).is_none() {
+        // SAFETY: called at the start of training, before any thread that reads the
+        // environment exists (burn and cubecl read these at their first use).
+        unsafe { std::env::set_var(var, value) };
     }
+    holds
 }
 
 #[cfg(test)]

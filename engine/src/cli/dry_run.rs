@@ -45,7 +45,8 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         if m.model.aux_weight > 0.0 && m.model.layers.iter().any(|l| l.aux) { ", with the PGI auxiliary branch" } else { "" }
     );
 
-    let plan = dag.plan(m.capture.enabled.wanted());
+    let (world, wanted) = capture_wanted(loaded, device);
+    let plan = dag.plan(wanted);
     let _ = writeln!(out, "\n## plan\n");
     let _ = writeln!(
         out,
@@ -53,10 +54,14 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         dag.stages.len(),
         plan.segments.len(),
         plan.seams.len(),
-        if m.capture.enabled.wanted() {
+        if wanted {
             format!(
                 "{} (threshold {}, max_graphs {})",
-                if m.capture.enabled == crate::manifest::CaptureMode::Auto { "auto" } else { "on" },
+                match m.capture.enabled {
+                    crate::manifest::CaptureMode::Auto => "auto",
+                    crate::manifest::CaptureMode::On => "on",
+                    crate::manifest::CaptureMode::Off => "on (the compile mode's CUDA graphs)",
+                },
                 m.capture.threshold,
                 m.capture.max_graphs
             )
@@ -64,7 +69,7 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
             "off (capture.enabled=false / cuda_graph=false: every stage runs eager)".to_string()
         }
     );
-    if let Some(line) = crate::compile::describe(m.capture.compile, device.backend, device.devices().len()) {
+    if let Some(line) = crate::compile::describe(m.capture.compile, device.backend, world) {
         let _ = writeln!(out, "{line}");
     }
     let _ = writeln!(out, "\nstages, in execution order:");
@@ -123,7 +128,7 @@ fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevic
     let m = &loaded.manifest;
     let mut out = String::new();
     let launch = crate::distributed::launch().ok().flatten();
-    let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
+    let (world, wanted) = capture_wanted(loaded, device);
     let accumulate = crate::train::accumulation(m.optim.nbs, crate::train::nominal_batch(m.run.batch));
     let opts = crate::train::setup::program_options(loaded, device.backend, world, launch.is_some(), accumulate);
     let program = crate::step::Program::compile(dag, &opts);
@@ -149,7 +154,7 @@ fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevic
     for note in &program.notes {
         let _ = writeln!(out, "note: {note}");
     }
-    if m.capture.enabled.wanted() {
+    if wanted {
         let _ = writeln!(
             out,
             "\nthis build: {}",
@@ -161,4 +166,13 @@ fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevic
         );
     }
     out
+}
+
+/// The run's GPUs (a torchrun-style launch's world, else the device's) and whether it asks for
+/// capture: `cuda_graph`, or a compile mode that replays graphs on this device.
+fn capture_wanted(loaded: &LoadedManifest, device: &ResolvedDevice) -> (usize, bool) {
+    let m = &loaded.manifest;
+    let launch = crate::distributed::launch().ok().flatten();
+    let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
+    (world, m.capture.enabled.wanted() || crate::compile::implies_graphs(m.capture.compile, device.backend, world))
 }

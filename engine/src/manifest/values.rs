@@ -262,6 +262,17 @@ impl<'de> Deserialize<'de> for CompileMode {
             fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<CompileMode, E> {
                 Ok(if v { CompileMode::Default } else { CompileMode::Off })
             }
+            // `compile=1` / `compile=0` on the command line arrive as TOML integers.
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<CompileMode, E> {
+                match v {
+                    1 => Ok(CompileMode::Default),
+                    0 => Ok(CompileMode::Off),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CompileMode, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(i64::MAX))
+            }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CompileMode, E> {
                 CompileMode::parse(v).ok_or_else(|| E::invalid_value(serde::de::Unexpected::Str(v), &self))
             }

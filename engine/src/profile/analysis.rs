@@ -37,6 +37,9 @@ pub struct StepRecord {
     /// Host time blocked waiting for the loader's next batch.
     pub dataload_ms: f64,
     pub phases: Vec<PhaseSpan>,
+    /// The step replayed a captured graph (a step that fell back to eager did not).
+    #[serde(default)]
+    pub replayed: bool,
 }
 
 /// What was measured, before analysis.
@@ -86,6 +89,10 @@ pub struct Window {
     /// What of the warm-up was kernel compilation ([`Measurements::warmup_compile`]).
     #[serde(default)]
     pub warmup_compile: Option<CompileCost>,
+    /// Window steps (real and synced) that replayed a captured graph: `meta.capture` says the
+    /// run set graphs up, this says the measured steps ran them.
+    #[serde(default)]
+    pub replayed_steps: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -395,6 +402,7 @@ pub fn analyse(meta: Meta, warmup: usize, m: Measurements) -> Profile {
             first_step_s: m.first_step_s,
             warmup_s: m.warmup_s,
             warmup_compile: m.warmup_compile.clone(),
+            replayed_steps: m.steps.iter().filter(|s| s.replayed).count(),
         },
         real: Real {
             step_ms,
@@ -487,6 +495,7 @@ mod tests {
                 PhaseSpan { phase: "forward".into(), start_ms: 0.0, dur_ms: dur / 4.0 },
                 PhaseSpan { phase: "backward".into(), start_ms: 0.0, dur_ms: dur / 2.0 },
             ],
+            replayed: index % 2 == 0,
         };
         let m = Measurements {
             steps: vec![step(0, false, 40.0, 10.0), step(1, false, 60.0, 10.0), step(2, true, 80.0, 0.0), step(3, true, 80.0, 0.0)],
@@ -504,6 +513,7 @@ mod tests {
         };
         let p = analyse(Meta { batch: 8, ..Default::default() }, 5, m);
         assert_eq!(p.real.step_ms, 50.0); // real half only
+        assert_eq!(p.window.replayed_steps, 2); // steps 0 and 2 replayed a graph
         assert_eq!(p.real.step_ms_median, 60.0);
         assert_eq!(p.real.step_ms_min, 40.0); // the real half, as the median
         // A step under half the median returned before the device did its work (a queued
@@ -532,7 +542,7 @@ mod tests {
         let long = format!("burn_cubecl_fusion::FusedKernel<{}>", "f32, ".repeat(40));
         let kernel = |name: &str, phase: &str| KernelEvent { name: name.into(), phase: phase.into(), step: 1, start_ms: 0.0, dur_ms: 2.0 };
         let m = Measurements {
-            steps: vec![StepRecord { index: 0, synced: true, start_ms: 0.0, dur_ms: 20.0, dataload_ms: 0.0, phases: vec![] }],
+            steps: vec![StepRecord { index: 0, synced: true, start_ms: 0.0, dur_ms: 20.0, dataload_ms: 0.0, phases: vec![], replayed: false }],
             kernels: vec![kernel(&long, "forward"), kernel(&long, "forward"), kernel(&long, "backward"), kernel("conv", "forward")],
             kernel_timing: Some("device".into()),
             ..Default::default()

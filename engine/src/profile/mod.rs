@@ -47,6 +47,8 @@ pub struct Profiler {
     /// replay issues no launches the observer could see).
     replays: Vec<analysis::KernelEvent>,
     replay_in_phase: bool,
+    /// A graph was replayed in the current step (for its [`StepRecord::replayed`]).
+    replay_in_step: bool,
     pages_at_real_start: Option<u64>,
     pages_per_step: Option<f64>,
     peak_bytes: Option<u64>,
@@ -81,6 +83,7 @@ impl Profiler {
             observe_kernels,
             replays: vec![],
             replay_in_phase: false,
+            replay_in_step: false,
             pages_at_real_start: None,
             pages_per_step: None,
             peak_bytes: None,
@@ -156,6 +159,7 @@ impl Profiler {
     /// A captured graph was replayed in the current phase.
     pub fn graph_replayed(&mut self) {
         self.replay_in_phase = true;
+        self.replay_in_step = true;
     }
 
     /// The phase entered last ends.
@@ -191,6 +195,7 @@ impl Profiler {
     /// The step ended (after `images` images); `Done` once the window is complete.
     pub fn end_step(&mut self) -> Progress {
         let synced = self.synced();
+        let replayed = std::mem::take(&mut self.replay_in_step);
         if let Some(open) = self.current.take() {
             let end = Instant::now();
             let start = self.ms(open.start);
@@ -202,6 +207,7 @@ impl Profiler {
                 dur_ms: end.duration_since(open.start).as_secs_f64() * 1e3,
                 dataload_ms,
                 phases: open.phases,
+                replayed,
             });
         }
         if self.seen == 0 {
@@ -258,6 +264,11 @@ pub fn report(p: &Profile) -> String {
         p.window.real_steps,
         p.window.synced_steps
     );
+    if p.meta.capture {
+        let total = p.window.real_steps + p.window.synced_steps;
+        let ran = if p.window.replayed_steps == 0 { " (none: the measured steps ran eager; the log's cuda_graph lines say why)" } else { "" };
+        let _ = writeln!(s, "  captured: {} of {total} window steps replayed the graph{ran}", p.window.replayed_steps);
+    }
     match &p.kernel_timing {
         Some(_) => {
             let _ = writeln!(

@@ -221,6 +221,9 @@ impl<'a> Trainer<'a> {
                 // `auto` trains eager where capture does not apply, saying so only on a GPU.
                 match m.capture.enabled {
                     CaptureMode::On => tracing::warn!("cuda_graph=true ignored ({why}); training runs eager."),
+                    CaptureMode::Off if opts.capture => {
+                        tracing::warn!("compile={}: CUDA graphs disabled ({why}); training runs eager.", m.capture.compile)
+                    }
                     _ if resolved.backend == Backend::Cuda => tracing::info!("cuda_graph=auto: training runs eager ({why})"),
                     _ => {}
                 }

@@ -272,6 +272,10 @@ pub fn wgrad_split_k<const N: usize>(
     let (k_h, k_w) = (weight_shape[1], weight_shape[2]);
     let j_total = k_h * k_w * c_in;
     let rows = batch * out_h * out_w;
+    if rows == 0 || c_out == 0 || j_total == 0 {
+        // Nothing to contract or nothing to write: no split to size (it would divide by zero).
+        return Err(ConvSetupError::Unknown);
+    }
 
     let rm = co_per_unit(c_out);
     let (tiles_j, tiles_co) = (j_total.div_ceil(TILE_J), c_out.div_ceil(UNITS * rm));
@@ -343,11 +347,17 @@ fn sum_splits(partials: CubeTensor, dtype: DType, weight_shape: Shape) -> Result
 }
 
 /// Whether the 16-bit operands go through the tensor-core kernel (`split_k_mma.rs`): f16 and
-/// bf16 where the device has 16x16x16 fragments of that type accumulating in f32, unless
+/// bf16 where the device has 16x16x16 fragments of that type accumulating in f32 and 32-unit
+/// warps, unless
 /// `BURN_WGRAD_MMA=0` (the CUDA-core kernel, for A/B measurements).
 fn use_tensor_cores(client: &cubecl::client::Client, dtype: DType) -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if *OFF.get_or_init(|| std::env::var("BURN_WGRAD_MMA").is_ok_and(|v| v.trim() == "0")) {
+        return false;
+    }
+    // The kernel lays its eight warps out as 32 units each.
+    let hardware = &client.properties().hardware;
+    if hardware.plane_size_min != 32 || hardware.plane_size_max != 32 {
         return false;
     }
     let elem = match dtype {
