@@ -232,3 +232,18 @@ fn dry_run_names_the_dataset_and_its_classes() {
     let (stdout, _) = text(&out);
     assert!(stdout.contains("no dataset (give `data=`); nc=80"), "{stdout}");
 }
+
+#[test]
+fn parity_checks_a_narrow_classifier_fixture_on_any_device() {
+    let out = run(&["parity", "--classifier", "resnet_narrow", "--device", "cpu"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("\"eval_logits_rel\"") && stdout.contains("\"grads_max_rel\""), "{stdout}");
+    assert!(stdout.contains("parity: every figure within the fixture's tolerances"), "{stdout}");
+    // A fixture that is not there: an error naming the file, no panic.
+    let out = run(&["parity", "--classifier", "no_such_fixture", "--device", "cpu"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no_such_fixture_io.safetensors"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -20,7 +20,7 @@ fn resnet18_matches_libreyolo_keys_and_count() {
 
 #[test]
 fn narrow_resnet_logits_batch_norm_loss_and_gradients_match_libreyolo() {
-    let (grads, stats) = check_classifier("resnet_narrow", 5);
+    let (grads, stats) = check_classifier("resnet_narrow");
     assert_eq!(grads, 62, "every parameter's gradient is in the fixture");
     assert_eq!(stats, 20 * 3, "running mean, var and count of 20 BatchNorms");
 }

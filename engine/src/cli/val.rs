@@ -78,8 +78,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let dtype = precision.compute.map(|d| format!("{d:?}")).unwrap_or_else(|| "F32".into());
     let found = if task == validate::Task::Detect { format!(", {detections} detections") } else { String::new() };
     println!("val: {} images of {} on {} ({dtype}){found} in {seconds:.1}s", dataset.len(), cfg.yaml.display(), resolved.describe());
-    let figures: Vec<String> = names.iter().zip(&out.metrics).take(3).map(|(n, v)| format!("{n} {:.4}", v.max(0.0))).collect();
-    println!("  {}", figures.join("  "));
+    println!("  {}", task.summary(&out.metrics, 3, "  "));
     if let Some(path) = save_json {
         // LibreYOLO's predictions.json: image_id (the split's index), category_id (the class),
         // bbox [x, y, w, h] in original pixels, score.

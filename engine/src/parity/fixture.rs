@@ -104,101 +104,63 @@ pub fn project_dir() -> PathBuf {
 /// The network of a fixture topology (`tests/fixtures/NAME_layers.toml`, a manifest's `layers`)
 /// for `nc` classes on the CPU.
 pub fn fixture_network(name: &str, nc: usize) -> (libreyolo_families::Network, libreyolo_families::ParamStore) {
+    network_in(&project_dir(), name, nc, &Device::flex()).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// The network of `dir/NAME_layers.toml` (a manifest's `layers`) for `nc` classes on `device`.
+pub fn network_in(dir: &Path, name: &str, nc: usize, device: &Device) -> anyhow::Result<(libreyolo_families::Network, libreyolo_families::ParamStore)> {
     #[derive(serde::Deserialize)]
     struct Topology {
         layers: Vec<libreyolo_families::LayerSpec>,
     }
-    let path = project_dir().join(format!("{name}_layers.toml"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let topology: Topology = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    libreyolo_families::Network::build(&topology.layers, nc, false, &Device::flex(), 0).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let path = dir.join(format!("{name}_layers.toml"));
+    let text = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let topology: Topology = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    libreyolo_families::Network::build(&topology.layers, nc, false, device, 0).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// Checks every BatchNorm buffer of the fixture named `PREFIX.KEY` against the store's `KEY`:
-/// running statistics within `tol` relative error, the batch count exactly. Returns how many
-/// were checked (a test asserts the number, so a fixture that lost them fails).
-pub fn check_running_stats(io: &Fixture, params: &libreyolo_families::ParamStore, prefix: &str, tol: f64) -> usize {
+/// Every BatchNorm buffer of the fixture named `PREFIX.KEY` against the store's `KEY`: the
+/// relative error of each running statistic, and whether every batch count is equal.
+pub fn running_stats(io: &Fixture, params: &libreyolo_families::ParamStore, prefix: &str) -> anyhow::Result<(Vec<(String, f64)>, bool)> {
     use libreyolo_families::Value;
     use libreyolo_families::tensor::AnyTensor;
-    let mut checked = 0;
+    let (mut stats, mut counts_match) = (vec![], true);
     for name in io.names() {
         let Some(key) = name.strip_prefix(prefix).and_then(|k| k.strip_prefix('.')) else { continue };
-        let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
+        let id = params.find(key).ok_or_else(|| anyhow::anyhow!("the fixture has `{name}`, but the network has no `{key}`"))?;
         let want = io.get(&name).to_f32();
         match &params.entry(id).value {
-            Value::Float(AnyTensor::R1(t)) => {
-                let err = rel_err(t, &want);
-                assert!(err < tol, "{key} after one train-mode forward: relative error {err:.2e}");
+            Value::Float(AnyTensor::R1(t)) => stats.push((key.to_string(), rel_err(t, &want))),
+            Value::Count(n) => {
+                counts_match &= *n as f32 == want[0];
+                stats.push((key.to_string(), 0.0));
             }
-            Value::Count(n) => assert_eq!(*n as f32, want[0], "{key}"),
-            Value::Float(_) => panic!("{key} is not a vector"),
+            Value::Float(_) => anyhow::bail!("`{key}` is not a vector"),
         }
-        checked += 1;
     }
-    checked
+    Ok((stats, counts_match))
 }
 
-/// A narrow classifier's fixture (`tests/fixtures/NAME.safetensors` and `NAME_io.safetensors`,
-/// written by `write_narrow` in make_resnet_fixture.py) against our network of
-/// `NAME_layers.toml` for `nc` classes: logits in eval and train mode within 1e-4 (from u8
-/// pixels), the cross-entropy within 1e-5 relative on LibreYOLO's logits and 1e-4 on ours,
-/// every parameter's gradient within 1e-3 of its largest value (or of a thousandth of the
-/// network's largest gradient, if that is larger), the BatchNorm statistics after the
-/// train-mode forward within 1e-4.
-/// Returns how many gradients and BatchNorm buffers were checked (a test asserts the numbers).
-pub fn check_classifier(name: &str, nc: usize) -> (usize, usize) {
-    let device = Device::flex();
-    let (network, mut params) = fixture_network(name, nc);
-    libreyolo_families::weights::load_safetensors(&mut params, &project_dir().join(format!("{name}.safetensors")), false).unwrap();
-    let io = Fixture::open(&project_dir().join(format!("{name}_io.safetensors"))).unwrap();
-    let pixels = io.get("images_u8");
-    let d = &pixels.shape;
-    // What the loader hands a network: RGB in [0, 1].
-    let images = Tensor::<4>::from_data(TensorData::new(pixels.to_f32(), [d[0], d[1], d[2], d[3]]), &device).div_scalar(255.0);
-    let labels: Vec<i64> = io.get("labels").to_f32().iter().map(|&v| v as i64).collect();
-    let labels = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(labels, [d[0]]), &device);
-    let logits = |maps: Vec<Tensor<4>>| {
-        let [b, nc, _, _] = maps[0].dims();
-        maps[0].clone().reshape([b, nc])
-    };
-
-    let eval = logits(network.forward(images.clone(), &libreyolo_families::Ctx::eval(&params), false).main);
-    let err = rel_err(&eval, &io.get("eval_logits").to_f32());
-    assert!(err < 1e-4, "eval logits: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}");
-
-    let cx = libreyolo_families::Ctx::train(&params);
-    let train = logits(network.forward(images, &cx, false).main);
-    let err = rel_err(&train, &io.get("train_logits").to_f32());
-    assert!(err < 1e-4, "train logits: {err:.2e}");
-    // The loss on LibreYOLO's own logits: the loss alone, within 1e-5.
-    let want = io.get("loss").scalar();
-    let theirs = io.get("train_logits");
-    let theirs = Tensor::<2>::from_data(TensorData::new(theirs.to_f32(), [theirs.shape[0], theirs.shape[1]]), &device);
-    let on_theirs = read(&libreyolo_stages::loss::cross_entropy(theirs, labels.clone())).1[0] as f64;
-    assert!((on_theirs - want).abs() / want < 1e-5, "cross-entropy of LibreYOLO's logits {on_theirs} vs LibreYOLO's {want}");
-    // On ours, within 1e-4: the logits' float rounding through the network (a train-mode
-    // BatchNorm over a small batch at 1x1, as MobileNetV4's norm_head is, amplifies it) moves it
-    // by up to ~2e-5.
-    let loss = libreyolo_stages::loss::cross_entropy(train, labels);
-    let got = read(&loss).1[0] as f64;
-    assert!((got - want).abs() / want < 1e-4, "cross-entropy {got} vs LibreYOLO's {want}");
-
-    let grads = cx.gradients(&loss.backward());
-    let expected: Vec<(String, Vec<f32>)> = io.names().into_iter().filter_map(|n| Some((n.strip_prefix("grad.")?.to_string(), io.get(&n).to_f32()))).collect();
-    // A gradient that is zero in exact arithmetic (the bias of a BatchNorm whose output a
-    // train-mode BatchNorm re-centres after a linear layer) is rounding noise in both engines:
-    // it is compared on the scale of the network's gradients (1e-3 of the largest), not its own.
-    let largest = expected.iter().flat_map(|(_, v)| v.iter()).fold(0f64, |m, v| m.max(v.abs() as f64));
-    for (key, want) in &expected {
-        let id = params.find(key).unwrap_or_else(|| panic!("no parameter `{key}`"));
-        let (_, g) = grads.iter().find(|(p, _)| *p == id).unwrap_or_else(|| panic!("no gradient for `{key}`"));
-        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-3 * largest);
-        let err = max_abs_diff(&read(g).1, want) / scale;
-        assert!(err < 1e-3, "d loss / d {key}: max |ours - LibreYOLO| / max |LibreYOLO| = {err:.2e}");
+/// [`running_stats`] asserted: every statistic within `tol` relative error, every count equal.
+/// Returns how many buffers were checked (a test asserts the number, so a fixture that lost
+/// them fails).
+pub fn check_running_stats(io: &Fixture, params: &libreyolo_families::ParamStore, prefix: &str, tol: f64) -> usize {
+    let (stats, counts_match) = running_stats(io, params, prefix).unwrap_or_else(|e| panic!("{e:#}"));
+    for (key, err) in &stats {
+        assert!(*err < tol, "{key} after one train-mode forward: relative error {err:.2e}");
     }
-    let checked = expected.len();
-    params.apply_batch_stats(cx.take_batch_stats());
-    (checked, check_running_stats(&io, &params, "after_train", 1e-4))
+    assert!(counts_match, "{prefix}: num_batches_tracked differs");
+    stats.len()
+}
+
+/// A narrow classifier's fixture of the project (`tests/fixtures/NAME*`) on the CPU through
+/// [`super::classifier::run`], asserted: every figure within its tolerance. Returns how many
+/// gradients and BatchNorm buffers were checked (a test asserts the numbers).
+pub fn check_classifier(name: &str) -> (usize, usize) {
+    let report = super::classifier::run(&project_dir(), name, &Device::flex()).unwrap_or_else(|e| panic!("{e:#}"));
+    let failures = report.failures();
+    assert!(failures.is_empty(), "{name} against LibreYOLO:\n  {}", failures.join("\n  "));
+    (report.grads.len(), report.bn_stats.len())
 }
 
 /// Max |a - b|.

@@ -3,6 +3,7 @@
 //! gradients, measured as error figures against the fixture's stated tolerances. The tests run
 //! it on the CPU; `libreyolo-run parity` runs it on any device.
 
+pub mod classifier;
 pub mod fixture;
 
 use std::path::Path;

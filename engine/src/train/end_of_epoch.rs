@@ -122,10 +122,9 @@ impl EndOfEpoch {
             })?,
             None => validate::run(network, loader, device, &self.nms, &mut |x| forward(x))?,
         };
-        let names = t.task().metric_names();
-        let figures: Vec<String> = names.iter().zip(&out.metrics).take(2).map(|(n, v)| format!("{n} {:.4}", v.max(0.0))).collect();
+        let figures = t.task().summary(&out.metrics, 2, "  ");
         let detections = if t.task() == validate::Task::Detect { format!("{} detections, ", out.detections.len()) } else { String::new() };
-        eprintln!("  val: {}  ({detections}{:.1}s)", figures.join("  "), started.elapsed().as_secs_f64());
+        eprintln!("  val: {figures}  ({detections}{:.1}s)", started.elapsed().as_secs_f64());
         Ok(out.metrics)
     }
 
@@ -156,7 +155,7 @@ impl EndOfEpoch {
             losses.join(" "),
             record.lr,
             record.images_per_s,
-            record.metrics.as_ref().map(|m| names.iter().zip(m).take(2).map(|(n, v)| format!(" {n} {v:.4}")).collect::<String>()).unwrap_or_default()
+            record.metrics.as_ref().map(|m| format!(" {}", t.task().summary(m, 2, " "))).unwrap_or_default()
         ));
         if let Err(e) = plots::draw(&run.path, &run.records(), names) {
             tracing::warn!("could not draw the plots: {e:#}");

@@ -43,6 +43,13 @@ impl Task {
             Task::Classify => &CLASSIFY_METRICS,
         }
     }
+
+    /// The first `n` of `metrics` as `name value` pairs, joined by `sep`: the line `val`, the
+    /// epoch's validation and train.log print (a metric not computed, -1, shows as 0).
+    pub fn summary(self, metrics: &[f64], n: usize, sep: &str) -> String {
+        let pairs: Vec<String> = self.metric_names().iter().zip(metrics).take(n).map(|(name, v)| format!("{name} {:.4}", v.max(0.0))).collect();
+        pairs.join(sep)
+    }
 }
 
 /// A validation's figures: the task's metrics in [`Task::metric_names`] order, and the
