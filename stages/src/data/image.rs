@@ -1,4 +1,4 @@
-//! Decoding images (JPEG, PNG, BMP; EXIF orientation ignored, as OpenCV's
+//! Decoding images (JPEG, PNG, BMP, GIF, TIFF, WebP, PPM/PGM; EXIF orientation ignored, as OpenCV's
 //! `IMREAD_IGNORE_ORIENTATION`) to RGB, and the pre-resize of LibreYOLO's cache: the longer
 //! side fitted to the training size, aspect kept, bilinear.
 
@@ -8,8 +8,10 @@ use fast_image_resize::images::Image;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use image::RgbImage;
 
-/// Image extensions a dataset folder is scanned for (any case).
-pub const EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp"];
+/// Image extensions a dataset folder is scanned for (any case): LibreYOLO's `IMG_FORMATS` for
+/// detection datasets and torchvision's `ImageFolder` extensions for classification ones (the
+/// union), except LibreYOLO's `.pfm` (float maps, which the `image` crate does not decode).
+pub const EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "bmp", "gif", "tif", "tiff", "webp", "ppm", "pgm"];
 
 pub fn is_image(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)))
@@ -69,4 +71,38 @@ pub fn load_resized(path: &Path, target_h: u32, target_w: u32) -> Result<(RgbIma
     let img = decode(path)?;
     let (r, w, h) = fit(img.width(), img.height(), target_h, target_w);
     Ok((resize(&img, w, h), r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every format of [`EXTENSIONS`] decodes to the pixels it was written with (lossless
+    /// encodings; GIF's palette holds the image's few colours exactly).
+    #[test]
+    fn every_scanned_format_decodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = RgbImage::from_fn(13, 7, |x, y| image::Rgb([[0u8, 255, 40][(x as usize + y as usize) % 3], (x * 19) as u8 % 2 * 200, 90]));
+        for ext in EXTENSIONS {
+            let path = dir.path().join(format!("a.{}", ext.to_uppercase()));
+            let written = match *ext {
+                // JPEG is lossy: only its size is checked.
+                "jpg" | "jpeg" => image::DynamicImage::ImageRgb8(img.clone()).save_with_format(&path, image::ImageFormat::Jpeg),
+                "pgm" => {
+                    image::DynamicImage::ImageLuma8(image::DynamicImage::ImageRgb8(img.clone()).into_luma8()).save_with_format(&path, image::ImageFormat::Pnm)
+                }
+                _ => img.save_with_format(&path, image::ImageFormat::from_extension(ext).unwrap()),
+            };
+            written.unwrap_or_else(|e| panic!("writing .{ext}: {e}"));
+            assert!(is_image(&path), ".{ext} (any case) is scanned");
+            let got = decode(&path).unwrap_or_else(|e| panic!("decoding .{ext}: {e}"));
+            assert_eq!(dimensions(&path).unwrap(), (13, 7), ".{ext}");
+            match *ext {
+                "jpg" | "jpeg" => assert_eq!(got.dimensions(), (13, 7)),
+                "pgm" => assert_eq!(got, image::DynamicImage::ImageLuma8(image::DynamicImage::ImageRgb8(img.clone()).into_luma8()).into_rgb8(), ".{ext}"),
+                _ => assert_eq!(got, img, ".{ext}: the pixels written"),
+            }
+        }
+        assert!(!is_image(std::path::Path::new("a.pfm")) && !is_image(std::path::Path::new("labels.txt")));
+    }
 }
