@@ -19,7 +19,7 @@
 //! directory configures burn's fusion search instead (`crate::fusion_search`).
 
 use crate::device::Backend;
-use crate::manifest::CompileMode;
+use crate::manifest::{CaptureSettings, CompileMode};
 
 /// What a mode sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,12 @@ pub fn implies_graphs(mode: CompileMode, backend: Backend, world: usize) -> bool
     settings(mode).is_some_and(|s| s.graphs) && refused(backend, world).is_none()
 }
 
+/// Whether a run asks for capture: `cuda_graph` (`capture.enabled`), or a graph-replaying
+/// `compile` mode, which captures whatever `cuda_graph` says, as in LibreYOLO.
+pub fn capture_wanted(capture: &CaptureSettings, backend: Backend, world: usize) -> bool {
+    capture.enabled.wanted() || implies_graphs(capture.compile, backend, world)
+}
+
 /// `mode` for this run in a line: what it sets (the environment's value where it wins), or why
 /// it is ignored; `None` for `false`.
 pub fn describe(mode: CompileMode, backend: Backend, world: usize) -> Option<String> {
@@ -86,29 +92,23 @@ fn kept(var: &str, value: &str) -> String {
     }
 }
 
-/// Applies `mode` to this process: sets the kernel knobs the user left unset, logging one line.
-/// Must run before the first GPU tensor and before [`crate::kernel_cache::configure`].
+/// Applies `mode` to this process: sets the kernel knobs the user left unset, logging
+/// [`describe`]'s line. Must run before the first GPU tensor and before
+/// [`crate::kernel_cache::configure`].
 pub fn apply(mode: CompileMode, backend: Backend, world: usize) {
-    let Some(s) = settings(mode) else { return };
-    if let Some(why) = refused(backend, world) {
-        tracing::warn!("compile={mode} ignored ({why}); training runs with the default kernels.");
+    let (Some(s), Some(line)) = (settings(mode), describe(mode, backend, world)) else { return };
+    if refused(backend, world).is_some() {
+        tracing::warn!("{line}; training runs with the default kernels.");
         return;
     }
-    let conv = set_unless_given(crate::kernel_cache::CONV_KERNELS_ENV, s.conv_kernels);
-    let fusion = set_unless_given(crate::fusion_search::ENV, &s.fusion_blocks.to_string());
-    let graphs = if s.graphs { ", CUDA graphs on" } else { "" };
-    tracing::info!("compile={mode}: convolution kernels {conv}, fusion search {fusion} blocks{graphs}");
-}
-
-/// Sets `var` to `value` unless the environment already has it; describes what holds.
-fn set_unless_given(var: &str, value: &str) -> String {
-    let holds = kept(var, value);
-    if std::env::var_os(var).is_none() {
-        // SAFETY: called at the start of training, before any thread that reads the
-        // environment exists (burn and cubecl read these at their first use).
-        unsafe { std::env::set_var(var, value) };
+    for (var, value) in [(crate::kernel_cache::CONV_KERNELS_ENV, s.conv_kernels.to_string()), (crate::fusion_search::ENV, s.fusion_blocks.to_string())] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: called at the start of training, before any thread that reads the
+            // environment exists (burn and cubecl read these at their first use).
+            unsafe { std::env::set_var(var, value) };
+        }
     }
-    holds
+    tracing::info!("{line}");
 }
 
 #[cfg(test)]

@@ -45,7 +45,10 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         if m.model.aux_weight > 0.0 && m.model.layers.iter().any(|l| l.aux) { ", with the PGI auxiliary branch" } else { "" }
     );
 
-    let (world, wanted) = capture_wanted(loaded, device);
+    // The run's GPUs: a torchrun-style launch's world, else the device's.
+    let launch = crate::distributed::launch().ok().flatten();
+    let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
+    let wanted = crate::compile::capture_wanted(&m.capture, device.backend, world);
     let plan = dag.plan(wanted);
     let _ = writeln!(out, "\n## plan\n");
     let _ = writeln!(
@@ -119,18 +122,17 @@ pub fn report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, p
         let _ =
             writeln!(out, "  #{} | #{}  {}", seam.after + 1, seam.after + 2, if values.is_empty() { "(ordering only)".to_string() } else { values.join(", ") });
     }
-    let _ = write!(out, "{}", program_report(loaded, dag, device));
+    let _ = write!(out, "{}", program_report(loaded, dag, device, world, launch.is_some()));
     out
 }
 
-/// The compiled program of this run: each item, how it runs, and the graphs of its region.
-fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice) -> String {
+/// The compiled program of this run over `world` GPUs (`processes`: one process each): each
+/// item, how it runs, and the graphs of its region.
+fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevice, world: usize, processes: bool) -> String {
     let m = &loaded.manifest;
     let mut out = String::new();
-    let launch = crate::distributed::launch().ok().flatten();
-    let (world, wanted) = capture_wanted(loaded, device);
     let accumulate = crate::train::accumulation(m.optim.nbs, crate::train::nominal_batch(m.run.batch));
-    let opts = crate::train::setup::program_options(loaded, device.backend, world, launch.is_some(), accumulate);
+    let opts = crate::train::setup::program_options(loaded, device.backend, world, processes, accumulate);
     let program = crate::step::Program::compile(dag, &opts);
     let _ = writeln!(out, "\n## program (what this run executes)\n");
     let graph_of = |s: usize| {
@@ -154,7 +156,7 @@ fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevic
     for note in &program.notes {
         let _ = writeln!(out, "note: {note}");
     }
-    if wanted {
+    if opts.capture {
         let _ = writeln!(
             out,
             "\nthis build: {}",
@@ -166,13 +168,4 @@ fn program_report(loaded: &LoadedManifest, dag: &StepDag, device: &ResolvedDevic
         );
     }
     out
-}
-
-/// The run's GPUs (a torchrun-style launch's world, else the device's) and whether it asks for
-/// capture: `cuda_graph`, or a compile mode that replays graphs on this device.
-fn capture_wanted(loaded: &LoadedManifest, device: &ResolvedDevice) -> (usize, bool) {
-    let m = &loaded.manifest;
-    let launch = crate::distributed::launch().ok().flatten();
-    let world = crate::distributed::world_size(launch.as_ref(), device.ids.len());
-    (world, m.capture.enabled.wanted() || crate::compile::implies_graphs(m.capture.compile, device.backend, world))
 }

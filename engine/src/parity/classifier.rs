@@ -60,8 +60,8 @@ impl ClassifierParity {
             ("cross-entropy", self.loss_rel, LOSS),
             ("BN running stats", self.bn_stats_max_rel, BN_STATS),
         ];
-        let mut out: Vec<String> = checks.iter().filter(|(_, v, tol)| !(v <= tol)).map(|(name, v, tol)| format!("{name}: {v:.3e} > {tol:.0e}")).collect();
-        out.extend(self.grads.iter().filter(|(_, v)| !(*v <= GRADS)).map(|(key, v)| format!("d loss / d {key}: {v:.3e} > {GRADS:.0e}")));
+        let grads = self.grads.iter().map(|(key, v)| (format!("d loss / d {key}"), *v, GRADS));
+        let mut out = super::beyond_tolerance(checks.into_iter().map(|(name, v, tol)| (name.to_string(), v, tol)).chain(grads));
         if !self.bn_counts_match {
             out.push("num_batches_tracked differs".into());
         }

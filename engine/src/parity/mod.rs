@@ -96,7 +96,7 @@ impl ParityReport {
         .map(|(name, v, tol)| (name.to_string(), v, tol))
         .chain(terms)
         .collect();
-        let mut out: Vec<String> = checks.iter().filter(|(_, v, tol)| !(v <= tol)).map(|(name, v, tol)| format!("{name}: {v:.3e} > {tol:.0e}")).collect();
+        let mut out = beyond_tolerance(checks);
         if !n.bn_counts_match {
             out.push("num_batches_tracked differs".into());
         }
@@ -110,6 +110,12 @@ impl ParityReport {
         }
         out
     }
+}
+
+/// The checks `(what, figure, tolerance)` whose figure is beyond its tolerance (NaN included),
+/// described.
+pub fn beyond_tolerance(checks: impl IntoIterator<Item = (String, f64, f64)>) -> Vec<String> {
+    checks.into_iter().filter(|(_, v, tol)| !(v <= tol)).map(|(name, v, tol)| format!("{name}: {v:.3e} > {tol:.0e}")).collect()
 }
 
 /// Runs every parity check of `dir` with `network` (YOLOv9-t, nc 80) on `device`.

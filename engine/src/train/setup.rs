@@ -81,8 +81,7 @@ pub fn program_options(loaded: &LoadedManifest, backend: Backend, world: usize, 
     } else {
         None
     };
-    // A graph-replaying `compile` mode captures whatever `cuda_graph` says, as in LibreYOLO.
-    let capture = m.capture.enabled.wanted() || crate::compile::implies_graphs(m.capture.compile, backend, world);
+    let capture = crate::compile::capture_wanted(&m.capture, backend, world);
     Options { capture, refused, parallel: Parallel { world, sync_bn: m.run.sync_bn }, accumulate }
 }
 
