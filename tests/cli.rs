@@ -247,3 +247,38 @@ fn parity_checks_a_narrow_classifier_fixture_on_any_device() {
     assert!(stderr.contains("no_such_fixture_io.safetensors"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn export_writes_an_onnx_model_and_refuses_what_it_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let weights = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/parity/yolo9t_nc80.safetensors");
+    let weights = format!("weights={}", weights.display());
+    let out_path = dir.path().join("nested/yolo9t.onnx");
+    let out = run(&["export", "manifests/yolo9t.toml", &weights, "imgsz=128", &format!("out={}", out_path.display())]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("images batchx3x128x128 -> output batchx84x336"), "{stdout}");
+    assert!(std::fs::metadata(&out_path).unwrap().len() > 1_000_000);
+    // A static batch is written as asked.
+    let out = run(&["export", "manifests/yolo9t.toml", &weights, "imgsz=128", "dynamic=false", "batch=3", &format!("out={}", out_path.display())]);
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("images 3x3x128x128 -> output 3x84x336"), "{stdout}");
+    // Unsupported requests and bad values: one clear line, nothing written, no panic.
+    for (arg, says) in [
+        ("format=engine", "format=engine is not supported: this build exports onnx"),
+        ("nms=true", "nms=true is not supported yet"),
+        ("half=maybe", "`half` expects true or false"),
+        ("imgsz=100", "imgsz must be a multiple of 32"),
+        ("opset=19", "opset=19 is not supported"),
+    ] {
+        let refused = dir.path().join("refused.onnx");
+        let out = run(&["export", "manifests/yolo9t.toml", &weights, arg, &format!("out={}", refused.display())]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{arg} was accepted");
+        assert!(stderr.contains(says) && !stderr.contains("panicked"), "{arg}: {stderr}");
+        assert!(!refused.exists(), "{arg} wrote a file");
+    }
+    let out = run(&["export", "manifests/yolo9t.toml"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success() && stderr.contains("weights="), "{stderr}");
+}

@@ -12,6 +12,7 @@ pub mod dag;
 pub mod data;
 pub mod device;
 pub mod distributed;
+pub mod export;
 pub mod fusion_search;
 pub mod kernel_cache;
 pub mod manifest;

@@ -84,7 +84,7 @@ pub fn sources(source: &Path) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// The letterboxed image as a (1, 3, H, W) tensor in [0, 1], and the letterbox ratio.
-fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor<4>, f32) {
+pub fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor<4>, f32) {
     let (h, w) = cfg.imgsz;
     let (boxed, ratio) = letterbox::apply(image, &mut Boxes::default(), h, w);
     (to_tensor(&boxed, device), ratio)

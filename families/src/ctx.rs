@@ -168,6 +168,30 @@ impl Ctx {
         Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None }
     }
 
+    /// This inference context with its parameters and folded convolutions copied to `device`:
+    /// what an exporter runs on a graph-capture device (`Device::capture()`), where tensors
+    /// copied in become the graph's constants. Run one forward first, so that the folding is
+    /// done here and the copy holds the folded tensors rather than the ops that fold them.
+    pub fn copied_to(&self, device: &Device) -> Ctx {
+        debug_assert!(!self.training, "an inference context is copied, not a training one");
+        let copy = |l: &[Live]| -> Vec<Live> { l.iter().map(|l| Live(l.0.as_ref().map(|t| crate::each_rank!(t, x => x.clone().to_device(device))))).collect() };
+        let fused = self.fused.as_ref().map(|f| {
+            let f = f.borrow();
+            let convs = f.convs.iter().map(|(k, (w, b))| (*k, (w.clone().to_device(device), b.clone().to_device(device)))).collect();
+            RefCell::new(Fused { convs, replaced: f.replaced.clone() })
+        });
+        Self {
+            live: copy(&self.live),
+            leaves: copy(&self.leaves),
+            training: false,
+            batch_stats: RefCell::new(vec![]),
+            trace: RefCell::new(None),
+            dtype: self.dtype,
+            fused,
+            sync_group: None,
+        }
+    }
+
     /// BatchNorm statistics over the whole batch of all `devices` (SyncBatchNorm): each
     /// BatchNorm's per-channel sums are all-reduced (NCCL) in the forward, and their gradients
     /// in the backward. One device (or none) is plain BatchNorm.

@@ -4,6 +4,7 @@ mod bench;
 mod data;
 mod doctor;
 mod dry_run;
+mod export;
 mod parity;
 mod predict;
 mod profile;
@@ -42,6 +43,8 @@ enum Command {
     Data(data::DataArgs),
     /// Detect objects in an image or a folder: annotated images and predictions.json.
     Predict(predict::PredictArgs),
+    /// Export trained weights for deployment: the fused network and its decode as ONNX.
+    Export(export::ExportArgs),
     /// Profile training steps (phases, kernels, verdict) or read a profile.json.
     Profile(profile::ProfileArgs),
     /// COCO mAP of weights (ours or LibreYOLO's) on the dataset's val split.
@@ -79,6 +82,7 @@ pub fn main() -> ExitCode {
         Some(Command::Data(args)) => data::run(&args),
         Some(Command::Predict(args)) => predict::run(&args),
         Some(Command::Profile(args)) => profile::run(&args),
+        Some(Command::Export(args)) => export::run(&args),
         Some(Command::Val(args)) => val::run(&args),
         Some(Command::Train(args)) => train(&args),
         None => train(&cli.train),
@@ -128,6 +132,22 @@ fn required_weights(loaded: &manifest::LoadedManifest, command: &str) -> Result<
         )
         .into()
     })
+}
+
+/// The class names and count `weights` were trained for: a checkpoint knows them; a plain
+/// state dict takes the manifest's `model.nc` and the dataset's names (COCO's 80 without either).
+fn weights_classes(loaded: &manifest::LoadedManifest, weights: &std::path::Path) -> (Vec<String>, usize) {
+    let state = crate::train::checkpoint::read_state(weights).ok();
+    let names: Vec<String> = match &state {
+        Some(s) => s.names.clone(),
+        None => crate::data::config(loaded).map(|c| c.names).unwrap_or_default(),
+    };
+    let nc = state.as_ref().map(|s| s.nc).or(loaded.manifest.model.nc.map(|n| n as usize)).unwrap_or(if names.is_empty() {
+        crate::network::DEFAULT_NC
+    } else {
+        names.len()
+    });
+    (names, nc)
 }
 
 /// The manifest's network (without the training-only PGI branch) with `nc` classes and the

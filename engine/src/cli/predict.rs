@@ -72,13 +72,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
     let resolved = super::run_device(&loaded)?;
     let device = resolved.devices().remove(0);
 
-    // A checkpoint knows its classes; a plain state dict takes the manifest's (or the dataset's).
-    let state = crate::train::checkpoint::read_state(&weights).ok();
-    let names: Vec<String> = match &state {
-        Some(s) => s.names.clone(),
-        None => crate::data::config(&loaded).map(|c| c.names).unwrap_or_default(),
-    };
-    let nc = state.as_ref().map(|s| s.nc).or(m.model.nc.map(|n| n as usize)).unwrap_or(if names.is_empty() { crate::network::DEFAULT_NC } else { names.len() });
+    let (names, nc) = super::weights_classes(&loaded, &weights);
     let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
 
     let precision = crate::train::precision::Precision::new(m, resolved.backend, &device)?;

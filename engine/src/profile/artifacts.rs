@@ -9,7 +9,8 @@ use serde_json::json;
 
 use super::analysis::Profile;
 
-pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+/// `bytes` into `path` through `path.tmp` renamed into place.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)).with_context(|| format!("writing {}", path.display()))
 }
