@@ -132,15 +132,18 @@ def main():
     size = fixture_images.shape[-1]
     tmp = tempfile.mkdtemp()
 
-    def export_pair(state, tag):
-        """LibreYOLO's and our ONNX export of the state dict `state`, as onnxruntime sessions."""
+    def export_pair(state, tag, nms=False):
+        """LibreYOLO's and our ONNX export of the state dict `state`, as onnxruntime sessions
+        (with the embedded NMS at conf 0.25, iou 0.45, max_det 300 when `nms`)."""
         path = os.path.join(tmp, f"{tag}.safetensors")
         save_torch({k: v.contiguous() for k, v in state.items()}, path)
         model = LibreYOLO9._from_scratch(size="t", nb_classes=80, device="cpu", seed=0)
         model.model.load_state_dict(state)
-        theirs = model.export(format="onnx", imgsz=size, output_path=os.path.join(tmp, f"{tag}-libreyolo.onnx"), simplify=False)
+        extra = {"nms": True, "dynamic": False} if nms else {}
+        theirs = model.export(format="onnx", imgsz=size, output_path=os.path.join(tmp, f"{tag}-libreyolo.onnx"), simplify=False, **extra)
         ours = os.path.join(tmp, f"{tag}-ours.onnx")
-        subprocess.run([args.bin, "export", "manifests/yolo9t.toml", f"weights={path}", f"imgsz={size}", f"out={ours}"], check=True)
+        flags = ["nms=true", "dynamic=false"] if nms else []
+        subprocess.run([args.bin, "export", "manifests/yolo9t.toml", f"weights={path}", f"imgsz={size}", f"out={ours}", *flags], check=True)
         return [ort.InferenceSession(p, providers=["CPUExecutionProvider"]) for p in (ours, theirs)]
 
     files = sorted(glob.glob(os.path.join(args.coco, "images/train2017/*.jpg")))[: args.images]
@@ -165,6 +168,22 @@ def main():
         eager = io["eval_pred"] if x is fixture_images else eager_decode(state, x)
         row["ours_vs_libreyolo_eager"] = float(np.abs(a - eager).max())
         row["libreyolo_onnx_vs_libreyolo_eager"] = float(np.abs(b - eager).max())
+        rows[name] = row
+        print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in row.items()))
+    # The embedded NMS (batch 1): each engine's (1, 300, 6) rows on each image.
+    for name, state, x in [("embedded NMS, fixture images", fixture_state, fixture_images), ("embedded NMS, COCO128 images", calibrated(fixture_state, coco), coco)]:
+        ours, theirs = export_pair(state, "nms-" + name.split()[-2], nms=True)
+        per_image = []
+        for image in x:
+            a, b = ours.run(None, {"images": image[None]}), theirs.run(None, {"images": image[None]})
+            dets = [[(int(r[5]), float(r[4]), r[:4]) for r in out[0][0] if r[4] > 0] for out in (a, b)]
+            per_image.append((len(dets[0]), len(dets[1]), matched(dets[0], dets[1]), float(np.abs(a[1] - b[1]).max())))
+        row = {
+            "detections_ours": sum(p[0] for p in per_image),
+            "detections_libreyolo": sum(p[1] for p in per_image),
+            "ours_matched_in_libreyolo": sum(p[2] for p in per_image),
+            "raw_ours_vs_libreyolo": max(p[3] for p in per_image),
+        }
         rows[name] = row
         print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in row.items()))
     result = {

@@ -263,16 +263,26 @@ fn export_writes_an_onnx_model_and_refuses_what_it_cannot_write() {
     let out = run(&["export", "manifests/yolo9t.toml", &weights, "imgsz=128", "dynamic=false", "batch=3", &format!("out={}", out_path.display())]);
     let (stdout, _) = text(&out);
     assert!(stdout.contains("images 3x3x128x128 -> output 3x84x336"), "{stdout}");
+    // LibreYOLO's embedded NMS: batch 1, its (1, max_det, 6) rows first, the decode second.
+    let out = run(&["export", "manifests/yolo9t.toml", &weights, "imgsz=128", "nms=true", "max_det=100", &format!("out={}", out_path.display())]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("images 1x3x128x128 -> output 1x100x6 + raw (embedded NMS)"), "{stdout}");
     // Unsupported requests and bad values: one clear line, nothing written, no panic.
     for (arg, says) in [
         ("format=engine", "format=engine is not supported: this build exports onnx"),
-        ("nms=true", "nms=true is not supported yet"),
+        ("nms=true batch=2", "embedded NMS needs a fixed batch of 1"),
+        ("conf=1.5", "`conf` must lie in [0, 1]"),
         ("half=maybe", "`half` expects true or false"),
         ("imgsz=100", "imgsz must be a multiple of 32"),
         ("opset=19", "opset=19 is not supported"),
     ] {
         let refused = dir.path().join("refused.onnx");
-        let out = run(&["export", "manifests/yolo9t.toml", &weights, arg, &format!("out={}", refused.display())]);
+        let mut args = vec!["export", "manifests/yolo9t.toml", &weights];
+        args.extend(arg.split(' '));
+        let out_arg = format!("out={}", refused.display());
+        args.push(&out_arg);
+        let out = run(&args);
         let (_, stderr) = text(&out);
         assert!(!out.status.success(), "{arg} was accepted");
         assert!(stderr.contains(says) && !stderr.contains("panicked"), "{arg}: {stderr}");

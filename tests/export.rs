@@ -18,7 +18,7 @@ use onnx_protobuf::Message;
 use tract_onnx::prelude::{self as tract, DatumExt, Framework, InferenceModelExt, IntoRunnable, tvec};
 
 fn options(imgsz: u32, dynamic: bool, batch: usize) -> ExportOptions {
-    ExportOptions { format: Format::Onnx, imgsz: (imgsz, imgsz), half: false, dynamic, batch, opset: 13 }
+    ExportOptions { format: Format::Onnx, imgsz: (imgsz, imgsz), half: false, dynamic, batch, opset: 13, nms: None }
 }
 
 fn info(network: &Network, family: &str) -> ModelInfo {
@@ -30,6 +30,11 @@ fn info(network: &Network, family: &str) -> ModelInfo {
 
 /// The exported model's output on `images` as tract computes it.
 fn tract_run(path: &Path, images: &Tensor<4>) -> (Vec<usize>, Vec<f32>) {
+    tract_outputs(path, images).swap_remove(0)
+}
+
+/// Every output of the model on `images`, in order.
+fn tract_outputs(path: &Path, images: &Tensor<4>) -> Vec<(Vec<usize>, Vec<f32>)> {
     let dims = images.dims();
     let input = tract::tract_ndarray::Array4::from_shape_vec((dims[0], dims[1], dims[2], dims[3]), fixture::read(images).1).unwrap();
     run_model(path, f32::fact(dims), tract::Tensor::from(input))
@@ -40,14 +45,18 @@ fn tract_run_half(path: &Path, images: &Tensor<4>) -> (Vec<usize>, Vec<f32>) {
     let dims = images.dims();
     let values = fixture::read(images).1.into_iter().map(tract::f16::from_f32).collect();
     let input = tract::tract_ndarray::Array4::from_shape_vec((dims[0], dims[1], dims[2], dims[3]), values).unwrap();
-    run_model(path, tract::f16::fact(dims), tract::Tensor::from(input))
+    run_model(path, tract::f16::fact(dims), tract::Tensor::from(input)).swap_remove(0)
 }
 
-fn run_model(path: &Path, fact: tract::TypedFact, input: tract::Tensor) -> (Vec<usize>, Vec<f32>) {
+fn run_model(path: &Path, fact: tract::TypedFact, input: tract::Tensor) -> Vec<(Vec<usize>, Vec<f32>)> {
     let model = tract_onnx::onnx().model_for_path(path).unwrap().with_input_fact(0, fact.into()).unwrap().into_optimized().unwrap().into_runnable().unwrap();
     let out = model.run(tvec!(input.into())).unwrap();
-    let view = out[0].to_plain_array_view::<f32>().unwrap();
-    (view.shape().to_vec(), view.iter().copied().collect())
+    out.iter()
+        .map(|o| {
+            let view = o.to_plain_array_view::<f32>().unwrap();
+            (view.shape().to_vec(), view.iter().copied().collect())
+        })
+        .collect()
 }
 
 /// Our eval output: the fused forward `predict` runs, then what the export ends with.
@@ -152,6 +161,33 @@ fn yolo9t_half_export_runs_in_f16() {
     let f32_bytes = std::fs::metadata(export_to(dir.path(), "full", &network, &params, "yolo9", &options(imgsz, true, 1))).unwrap().len();
     let f16_bytes = std::fs::metadata(&path).unwrap().len();
     assert!(f16_bytes * 10 < f32_bytes * 6, "f16 weights: {f16_bytes} bytes vs {f32_bytes}");
+}
+
+/// `nms=true` (LibreYOLO's embedded NMS, batch 1): the first output's rows are the detections
+/// `predict`'s NMS finds on the second output (the decode), best first, then zeros.
+#[test]
+fn yolo9t_embedded_nms_gives_predicts_detections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (network, params, io) = yolo9t_fixture();
+    let imgsz = io.images(&Device::flex()).dims()[2] as u32;
+    let cfg = NmsConfig { conf: 0.37, iou: 0.45, max_det: 300, max_candidates: 30_000 };
+    let mut o = options(imgsz, false, 1);
+    o.nms = Some(export::onnx::Nms { conf: cfg.conf, iou: cfg.iou, max_det: cfg.max_det });
+    let path = export_to(dir.path(), "nms", &network, &params, "yolo9", &o);
+    let labels = network.detector("the test").unwrap().labels();
+    for i in 0..2 {
+        let image = io.images(&Device::flex()).narrow(0, i, 1);
+        let mut outputs = tract_outputs(&path, &image);
+        let (raw_shape, raw) = outputs.pop().unwrap();
+        let (shape, rows) = outputs.pop().unwrap();
+        assert_eq!(shape, [1, 300, 6]);
+        let want = nms::detect(&raw, raw_shape[1] - 4, labels, raw_shape[2], 1.0, (imgsz, imgsz), &cfg);
+        assert!(!want.is_empty() && want.len() < 300, "image {i}: {} detections; the test wants some, fewer than max_det", want.len());
+        let got: Vec<Det> = rows.chunks(6).filter(|r| r[4] > 0.0).map(|r| Det { xyxy: [r[0], r[1], r[2], r[3]], score: r[4], class: r[5] as usize }).collect();
+        assert!(got.windows(2).all(|w| w[0].score >= w[1].score), "best first");
+        assert!(rows[got.len() * 6..].iter().all(|&x| x == 0.0), "zeros after the detections");
+        same_detections(&[got], &[want]);
+    }
 }
 
 /// COCO128 images letterboxed as `predict` does (320x320, batch 4) through YOLOv9-t with the
@@ -275,5 +311,15 @@ fn unsupported_requests_are_clear_errors() {
     let path = dir.path().join("old.onnx");
     let err = export::export(&network, &params, &info(&network, "yolo9"), &o, &path).unwrap_err().to_string();
     assert!(err.contains("opset=11") && err.contains("13 to 17"), "{err}");
+    assert!(!path.exists());
+    // The embedded NMS follows a detector's decode, batch 1.
+    let nms = Some(export::onnx::Nms { conf: 0.25, iou: 0.45, max_det: 300 });
+    let (classifier, weights) = fixture_network("resnet_narrow", 10);
+    let o = ExportOptions { nms, ..options(64, false, 1) };
+    let err = export::export(&classifier, &weights, &info(&classifier, "resnet"), &o, &path).unwrap_err().to_string();
+    assert!(err.contains("nms=true applies to detectors"), "{err}");
+    let o = ExportOptions { nms, ..options(64, true, 1) };
+    let err = export::export(&network, &params, &info(&network, "yolo9"), &o, &path).unwrap_err().to_string();
+    assert!(err.contains("fixed batch of 1"), "{err}");
     assert!(!path.exists());
 }

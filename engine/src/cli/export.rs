@@ -1,8 +1,10 @@
 //! `libreyolo-run export MANIFEST weights=PATH [format=onnx] [imgsz=640] [half=false]
-//! [dynamic=true] [batch=1] [opset=13] [out=PATH] [key=value ...]`.
+//! [dynamic=true] [batch=1] [opset=13] [nms=false conf=0.25 iou=0.45 max_det=300] [out=PATH]
+//! [key=value ...]`.
 //!
-//! `format`, `half`, `dynamic`, `batch`, `opset` and `out` belong to export (LibreYOLO's names
-//! and defaults); every other `key=value` is a manifest setting (`weights`, `imgsz`, ...).
+//! `format`, `half`, `dynamic`, `batch`, `opset`, `nms`, `conf`, `iou`, `max_det` and `out`
+//! belong to export (LibreYOLO's names and defaults); every other `key=value` is a manifest
+//! setting (`weights`, `imgsz`, ...).
 
 use std::path::PathBuf;
 
@@ -18,8 +20,9 @@ pub struct ExportArgs {
     #[arg(value_name = "MANIFEST")]
     manifest: PathBuf,
     /// `weights=PATH` (required), `format=onnx`, `half=false`, `dynamic=true` (a symbolic batch
-    /// axis), `batch=1` (when not dynamic), `opset=13`, `out=PATH` (default: the weights' path
-    /// with the format's extension), and manifest settings such as `imgsz=640`.
+    /// axis), `batch=1` (when not dynamic), `opset=13`, `nms=false` (LibreYOLO's embedded NMS,
+    /// with `conf=0.25`, `iou=0.45`, `max_det=300`; batch 1), `out=PATH` (default: the weights'
+    /// path with the format's extension), and manifest settings such as `imgsz=640`.
     #[arg(value_name = "KEY=VALUE")]
     settings: Vec<String>,
 }
@@ -32,10 +35,12 @@ struct Own {
     batch: usize,
     opset: i64,
     out: Option<PathBuf>,
+    nms: bool,
+    thresholds: super::Thresholds,
 }
 
 fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
-    let mut own = Own { format: Format::Onnx, half: false, dynamic: true, batch: 1, opset: 13, out: None };
+    let mut own = Own { format: Format::Onnx, half: false, dynamic: true, batch: 1, opset: 13, out: None, nms: false, thresholds: Default::default() };
     let mut rest = vec![];
     for s in settings {
         let Some((k, v)) = s.split_once('=') else {
@@ -52,6 +57,9 @@ fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
         let integer = || -> anyhow::Result<i64> {
             v.trim().parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| anyhow::anyhow!("`{k}` expects a positive integer, got `{v}`"))
         };
+        if own.thresholds.take(k.trim(), v)? {
+            continue;
+        }
         match k.trim() {
             "format" => own.format = Format::parse(v).map_err(anyhow::Error::msg)?,
             "half" => own.half = boolean()?,
@@ -59,10 +67,7 @@ fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
             "batch" => own.batch = integer()? as usize,
             "opset" => own.opset = integer()?,
             "out" | "output_path" => own.out = Some(PathBuf::from(v)),
-            "nms" if boolean()? => {
-                anyhow::bail!("nms=true is not supported yet: the exported model ends at the decoded candidates (B, 4 + nc, anchors); run NMS after it")
-            }
-            "nms" => {}
+            "nms" => own.nms = boolean()?,
             "simplify" => {} // LibreYOLO's onnxsim pass: the recorded graph has nothing to simplify.
             _ => rest.push(s.clone()),
         }
@@ -92,13 +97,18 @@ pub fn run(args: &ExportArgs) -> Result<(), Failure> {
     };
     // The manifest's loader has checked that imgsz is a multiple of the network's stride.
     let (h, w) = (m.run.imgsz.height(), m.run.imgsz.width());
-    let options = ExportOptions { format: own.format, imgsz: (h, w), half: own.half, dynamic: own.dynamic, batch: own.batch, opset: own.opset };
+    let dynamic = own.dynamic && !own.nms;
+    if own.dynamic && own.nms {
+        tracing::warn!("embedded NMS uses a fixed batch-1 graph: exporting with dynamic=false");
+    }
+    let nms = own.nms.then_some(export::onnx::Nms { conf: own.thresholds.conf, iou: own.thresholds.iou, max_det: own.thresholds.max_det });
+    let options = ExportOptions { format: own.format, imgsz: (h, w), half: own.half, dynamic, batch: own.batch, opset: own.opset, nms };
     let out = own.out.unwrap_or_else(|| weights.with_extension("onnx"));
     let start = std::time::Instant::now();
     let done = export::export(&network, &params, &info, &options, &out)?;
     let shape = |d: &[Option<usize>]| d.iter().map(|x| x.map_or("batch".to_string(), |n| n.to_string())).collect::<Vec<_>>().join("x");
     println!(
-        "exported {} {} to {} in {:.1}s: {} nodes, {:.1} MB, images {} -> output {}{}",
+        "exported {} {} to {} in {:.1}s: {} nodes, {:.1} MB, images {} -> output {}{}{}",
         m.model.family,
         m.model.size,
         out.display(),
@@ -107,7 +117,8 @@ pub fn run(args: &ExportArgs) -> Result<(), Failure> {
         done.bytes as f64 / 1e6,
         shape(&done.input),
         shape(&done.output),
-        if own.half { " (f16)" } else { "" }
+        if own.half { " (f16)" } else { "" },
+        if own.nms { " + raw (embedded NMS)" } else { "" }
     );
     Ok(())
 }

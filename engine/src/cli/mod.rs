@@ -124,6 +124,40 @@ fn run_device(loaded: &manifest::LoadedManifest) -> Result<crate::device::Resolv
         .map_err(|msg| loaded.source.error_at(&manifest::KeyPath::dotted("run.device"), manifest::Part::Value, msg))
 }
 
+/// `conf`, `iou` and `max_det`: the NMS settings of `predict` and of `export nms=true`, with
+/// LibreYOLO's defaults.
+#[derive(Debug, Clone, Copy)]
+struct Thresholds {
+    conf: f32,
+    iou: f32,
+    max_det: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Self { conf: 0.25, iou: 0.45, max_det: 300 }
+    }
+}
+
+impl Thresholds {
+    /// Reads `key=value` when the key is one of the three (`Ok(true)`), in range.
+    fn take(&mut self, key: &str, value: &str) -> anyhow::Result<bool> {
+        let v = value.trim();
+        let fraction = || -> anyhow::Result<f32> {
+            v.parse::<f32>().ok().filter(|x| (0.0..=1.0).contains(x)).ok_or_else(|| anyhow::anyhow!("`{key}` must lie in [0, 1], got `{value}`"))
+        };
+        match key {
+            "conf" => self.conf = fraction()?,
+            "iou" => self.iou = fraction()?,
+            "max_det" => {
+                self.max_det = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow::anyhow!("`max_det` expects a positive integer, got `{value}`"))?
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
 /// The `weights=PATH` an evaluating command (`predict`, `val`) cannot run without.
 fn required_weights(loaded: &manifest::LoadedManifest, command: &str) -> Result<PathBuf, Failure> {
     loaded.manifest.model.weights.clone().ok_or_else(|| {

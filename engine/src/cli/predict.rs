@@ -27,34 +27,28 @@ pub struct PredictArgs {
 /// Predict's own settings, split off the manifest overrides.
 struct Own {
     source: Option<PathBuf>,
-    conf: f32,
-    iou: f32,
-    max_det: usize,
+    nms: super::Thresholds,
     out: Option<PathBuf>,
     cuda_graph: GraphMode,
 }
 
 fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
-    let mut own = Own { source: None, conf: 0.25, iou: 0.45, max_det: 300, out: None, cuda_graph: GraphMode::Off };
+    let mut own = Own { source: None, nms: Default::default(), out: None, cuda_graph: GraphMode::Off };
     let mut rest = vec![];
     for s in settings {
         let Some((k, v)) = s.split_once('=') else {
             rest.push(s.clone());
             continue;
         };
-        let number = |what: &str| -> anyhow::Result<f64> { v.trim().parse::<f64>().map_err(|_| anyhow::anyhow!("`{k}` expects {what}, got `{v}`")) };
+        if own.nms.take(k.trim(), v)? {
+            continue;
+        }
         match k.trim() {
             "source" => own.source = Some(PathBuf::from(v)),
             "out" => own.out = Some(PathBuf::from(v)),
-            "conf" => own.conf = number("a number in [0, 1]")? as f32,
-            "iou" => own.iou = number("a number in [0, 1]")? as f32,
-            "max_det" => own.max_det = number("a positive integer")? as usize,
             "cuda_graph" => own.cuda_graph = GraphMode::parse(v).map_err(anyhow::Error::msg)?,
             _ => rest.push(s.clone()),
         }
-    }
-    if !(0.0..=1.0).contains(&own.conf) || !(0.0..=1.0).contains(&own.iou) {
-        anyhow::bail!("`conf` and `iou` must lie in [0, 1] (got conf={}, iou={})", own.conf, own.iou);
     }
     Ok((own, rest))
 }
@@ -77,7 +71,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
 
     let precision = crate::train::precision::Precision::new(m, resolved.backend, &device)?;
     let cfg = PredictConfig {
-        nms: NmsConfig { conf: own.conf, iou: own.iou, max_det: own.max_det, max_candidates: m.val.max_candidates },
+        nms: NmsConfig { conf: own.nms.conf, iou: own.nms.iou, max_det: own.nms.max_det, max_candidates: m.val.max_candidates },
         imgsz: (m.run.imgsz.height(), m.run.imgsz.width()),
         compute: precision.compute,
         crop_pct: m.augment.crop_pct,
@@ -120,7 +114,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
     let found = if crate::train::validate::Task::of(&network) == crate::train::validate::Task::Classify {
         format!("top {} classes each", predict::TOP_K)
     } else {
-        format!("{n} detection(s) (conf {}, iou {})", own.conf, own.iou)
+        format!("{n} detection(s) (conf {}, iou {})", own.nms.conf, own.nms.iou)
     };
     println!(
         "predicted {} image(s) on {} in {:.2}s: {found}; wrote {}",

@@ -49,6 +49,9 @@ pub struct ExportOptions {
     pub dynamic: bool,
     pub batch: usize,
     pub opset: i64,
+    /// LibreYOLO's embedded NMS (detectors, batch 1, not dynamic): the model's first output is
+    /// then `(1, max_det, 6)` detections, its second the decode (`raw`).
+    pub nms: Option<onnx::Nms>,
 }
 
 /// What the exported model says of itself, in LibreYOLO's `metadata_props` keys.
@@ -80,6 +83,14 @@ pub fn export(network: &Network, params: &ParamStore, info: &ModelInfo, options:
     if !OPSETS.contains(&options.opset) {
         anyhow::bail!("opset={} is not supported: the exporter writes opsets {} to {}", options.opset, OPSETS.start(), OPSETS.end());
     }
+    if options.nms.is_some() {
+        if network.head().as_detector().is_none() {
+            anyhow::bail!("nms=true applies to detectors; a {} model's output is class logits", info.task);
+        }
+        if options.dynamic || options.batch != 1 {
+            anyhow::bail!("embedded NMS needs a fixed batch of 1 (dynamic=false batch=1), as LibreYOLO's");
+        }
+    }
     let batch = if options.dynamic { onnx::DYNAMIC_BATCH } else { options.batch };
     let (h, w) = (options.imgsz.0 as usize, options.imgsz.1 as usize);
     let dtype = options.half.then_some(FloatDType::F16);
@@ -90,6 +101,7 @@ pub fn export(network: &Network, params: &ParamStore, info: &ModelInfo, options:
         input_name: "images".into(),
         output_name: "output".into(),
         metadata: metadata(info, options),
+        nms: options.nms,
     };
     let model = onnx::model(&captured, &onnx_options)?;
     let bytes = model.write_to_bytes().context("encoding the ONNX model")?;
@@ -143,6 +155,15 @@ fn metadata(info: &ModelInfo, o: &ExportOptions) -> Vec<(String, String)> {
         ("letterbox_pad", "topleft".to_string()),
     ]
     .into_iter()
+    .chain(o.nms.iter().flat_map(|n| {
+        [
+            ("nms", "true".to_string()),
+            ("nms_conf", n.conf.to_string()),
+            ("nms_iou", n.iou.to_string()),
+            ("max_det", n.max_det.to_string()),
+            ("nms_raw_output", "true".to_string()),
+        ]
+    }))
     .map(|(k, v)| (k.to_string(), v))
     .collect()
 }

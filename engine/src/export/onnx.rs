@@ -6,6 +6,8 @@
 //! other axis of the network has ([`DYNAMIC_BATCH`]) and written with that size as the symbolic
 //! `batch`: a reshape keeps its first axis (`0` in ONNX's Reshape), a slice leaves it whole.
 
+mod nms;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::bail;
@@ -27,6 +29,8 @@ use onnx_protobuf::{
 /// of the families is 7, so an axis of 7 on a tensor's first dimension is the batch.
 pub const DYNAMIC_BATCH: usize = 7;
 
+pub use nms::Nms;
+
 /// The ONNX IR version written (ONNX 1.13+, read by onnxruntime >= 1.14 and tract).
 const IR_VERSION: i64 = 8;
 
@@ -40,7 +44,13 @@ pub struct OnnxOptions {
     pub output_name: String,
     /// `metadata_props`, as LibreYOLO writes them.
     pub metadata: Vec<(String, String)>,
+    /// LibreYOLO's embedded NMS after a detector's decode: `output_name` is then its
+    /// `(1, max_det, 6)` detections and the decode is the second output, `raw`.
+    pub nms: Option<Nms>,
 }
+
+/// The name of the decode when NMS follows it (LibreYOLO's).
+const RAW: &str = "raw";
 
 /// The ONNX model of `captured` (one input, one output).
 pub fn model(captured: &CapturedGraph, options: &OnnxOptions) -> anyhow::Result<ModelProto> {
@@ -49,7 +59,7 @@ pub fn model(captured: &CapturedGraph, options: &OnnxOptions) -> anyhow::Result<
     };
     let mut names = HashMap::new();
     names.insert(input, options.input_name.clone());
-    names.insert(output, options.output_name.clone());
+    names.insert(output, if options.nms.is_some() { RAW.to_string() } else { options.output_name.clone() });
     let mut w = Writer {
         values: &captured.values,
         names,
@@ -66,12 +76,26 @@ pub fn model(captured: &CapturedGraph, options: &OnnxOptions) -> anyhow::Result<
     let (Some(in_ir), Some(out_ir)) = (w.shapes.get(&input).cloned(), w.shapes.get(&output).cloned()) else {
         bail!("the recorded graph does not read its input or write its output")
     };
+    let mut outputs = vec![];
+    if let Some(n) = &options.nms {
+        let (&[batch, rows, anchors], &[_, _, h, wd]) = (out_ir.0.as_slice(), in_ir.0.as_slice()) else {
+            bail!("NMS follows a detector's (batch, 4 + nc, anchors) decode")
+        };
+        if batch != 1 || options.dynamic_batch || rows < 5 || out_ir.1 != DType::F32 {
+            bail!("NMS is embedded in a batch-1, f32-output detector only");
+        }
+        nms::append(&mut w, RAW, rows, anchors, (h, wd), n, &options.output_name)?;
+        outputs.push(value_info(&options.output_name, &(vec![1, n.max_det, 6], DType::F32), false));
+        outputs.push(value_info(RAW, &out_ir, false));
+    } else {
+        outputs.push(value_info(&options.output_name, &out_ir, options.dynamic_batch));
+    }
     let mut graph = GraphProto::new();
     graph.name = "libreyolo-run".into();
     graph.node = w.nodes;
     graph.initializer = w.initializers;
     graph.input.push(value_info(&options.input_name, &in_ir, options.dynamic_batch));
-    graph.output.push(value_info(&options.output_name, &out_ir, options.dynamic_batch));
+    graph.output = outputs;
     let mut m = ModelProto::new();
     m.ir_version = IR_VERSION;
     m.producer_name = "libreyolo-run".into();
