@@ -10,7 +10,7 @@ a state dict LibreYOLO made) are exported by LibreYOLO (`model.export(format="on
   running statistics recalibrated on those images (both engines export that state dict).
 
 Prints and writes (OUT, JSON) the max |difference| of the outputs, pairwise and against
-LibreYOLO's eager decode (the rounding two correct runtimes differ by), and how many detections after NMS (conf 0.25, iou 0.45) of ours have
+LibreYOLO's eager decode (the rounding two correct runtimes differ by), and how many detections after NMS (conf 0.25 or --conf, iou 0.45) of ours have
 their counterpart in LibreYOLO's.
 
 The fixture's weights are a perturbed random initialisation made for its own synthetic images
@@ -20,6 +20,11 @@ chaotic arithmetic, not the exports. Recalibrated BatchNorms keep the maps in ra
 weights do.
 
     python3 bench/export_compare.py BIN OUT [--parity ../shared/parity] [--coco ../shared/data/coco128] [--images 8]
+        [--weights TRAINED.safetensors]
+
+With `--weights` (for example the EMA weights of a `libreyolo-run` training run, as
+`bench/checkpoint_state_dict.py` writes them), the COCO128 images also go through those trained
+weights as they are.
 
 Needs: torch, libreyolo==1.6.0, onnx, onnxruntime, safetensors, numpy, pillow (CPU only).
 """
@@ -46,7 +51,7 @@ def letterbox(path, size):
     return np.asarray(canvas, dtype=np.float32).transpose(2, 0, 1) / 255.0
 
 
-def nms(pred, conf=0.25, iou=0.45):
+def nms(pred, conf, iou=0.45):
     """Class-aware NMS of one (4 + nc, A) output: [(class, score, box)] best first."""
     boxes, scores = pred[:4].T, pred[4:].T
     dets = [(c, s, boxes[a]) for a, c in zip(*np.nonzero(scores > conf)) for s in [scores[a, c]]]
@@ -80,6 +85,15 @@ def matched(a, b):
     return n
 
 
+def load(model, state):
+    """`state` into LibreYOLO's eval model; our checkpoints also hold the training-only PGI
+    branch (`aux.`, `aux_head.`), which the eval model does not have."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    unexpected = [k for k in unexpected if not k.startswith(("aux.", "aux_head."))]
+    if missing or unexpected:
+        raise SystemExit(f"weights do not fit LibreYOLO's YOLOv9-t: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
 def calibrated(state, images):
     """`state` with every BatchNorm's running statistics set to its batch statistics on `images`
     (one training-mode forward at momentum 1): the eval forward on those images is then
@@ -88,7 +102,7 @@ def calibrated(state, images):
     from libreyolo import LibreYOLO9
 
     model = LibreYOLO9._from_scratch(size="t", nb_classes=80, device="cpu", seed=0).model
-    model.load_state_dict(state)
+    load(model, state)
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             m.momentum = 1.0
@@ -104,7 +118,7 @@ def eager_decode(state, images):
     from libreyolo import LibreYOLO9
 
     model = LibreYOLO9._from_scratch(size="t", nb_classes=80, device="cpu", seed=0).model
-    model.load_state_dict(state)
+    load(model, state)
     model.eval()
     with torch.no_grad():
         return model(torch.from_numpy(images))["predictions"].numpy()
@@ -117,6 +131,8 @@ def main():
     ap.add_argument("--parity", default="../shared/parity")
     ap.add_argument("--coco", default="../shared/data/coco128")
     ap.add_argument("--images", type=int, default=8)
+    ap.add_argument("--conf", type=float, default=0.25, help="the NMS score threshold of the --weights rows (the others: 0.25)")
+    ap.add_argument("--weights", help="trained YOLOv9-t weights (a state dict with LibreYOLO's key names) for COCO128 rows of their own")
     args = ap.parse_args()
 
     import onnxruntime as ort
@@ -132,37 +148,41 @@ def main():
     size = fixture_images.shape[-1]
     tmp = tempfile.mkdtemp()
 
-    def export_pair(state, tag, nms=False):
+    def export_pair(state, tag, nms=False, conf=0.25):
         """LibreYOLO's and our ONNX export of the state dict `state`, as onnxruntime sessions
-        (with the embedded NMS at conf 0.25, iou 0.45, max_det 300 when `nms`)."""
+        (with the embedded NMS at `conf`, iou 0.45, max_det 300 when `nms`)."""
         path = os.path.join(tmp, f"{tag}.safetensors")
         save_torch({k: v.contiguous() for k, v in state.items()}, path)
         model = LibreYOLO9._from_scratch(size="t", nb_classes=80, device="cpu", seed=0)
-        model.model.load_state_dict(state)
-        extra = {"nms": True, "dynamic": False} if nms else {}
+        load(model.model, state)
+        extra = {"nms": True, "dynamic": False, "conf": conf} if nms else {}
         theirs = model.export(format="onnx", imgsz=size, output_path=os.path.join(tmp, f"{tag}-libreyolo.onnx"), simplify=False, **extra)
         ours = os.path.join(tmp, f"{tag}-ours.onnx")
-        flags = ["nms=true", "dynamic=false"] if nms else []
+        flags = ["nms=true", "dynamic=false", f"conf={conf}"] if nms else []
         subprocess.run([args.bin, "export", "manifests/yolo9t.toml", f"weights={path}", f"imgsz={size}", f"out={ours}", *flags], check=True)
         return [ort.InferenceSession(p, providers=["CPUExecutionProvider"]) for p in (ours, theirs)]
 
     files = sorted(glob.glob(os.path.join(args.coco, "images/train2017/*.jpg")))[: args.images]
     coco = np.stack([letterbox(f, size) for f in files]).astype(np.float32)
     fixture_state = load_torch(weights)
+    sets = [
+        ("fixture images, fixture weights", fixture_state, fixture_images, 0.25),
+        (f"COCO128 images ({len(files)}), BatchNorms calibrated on them", calibrated(fixture_state, coco), coco, 0.25),
+    ]
+    if args.weights:
+        sets.append((f"COCO128 images ({len(files)}), {os.path.basename(args.weights)}", load_torch(args.weights), coco, args.conf))
     rows = {}
-    for name, state, x in [
-        ("fixture images, fixture weights", fixture_state, fixture_images),
-        (f"COCO128 images ({len(files)}), BatchNorms calibrated on them", calibrated(fixture_state, coco), coco),
-    ]:
-        ours, theirs = export_pair(state, "fixture" if x is fixture_images else "calibrated")
+    for name, state, x, conf in sets:
+        ours, theirs = export_pair(state, f"set{len(rows)}")
         a, b = ours.run(None, {"images": x})[0], theirs.run(None, {"images": x})[0]
         row = {
             "shape": list(a.shape),
             "ours_vs_libreyolo_onnx": float(np.abs(a - b).max()),
             "ours_vs_libreyolo_onnx_scores": float(np.abs(a[:, 4:] - b[:, 4:]).max()),
-            "detections_ours": sum(len(nms(p)) for p in a),
-            "detections_libreyolo": sum(len(nms(q)) for q in b),
-            "ours_matched_in_libreyolo": sum(matched(nms(p), nms(q)) for p, q in zip(a, b)),
+            "conf": conf,
+            "detections_ours": sum(len(nms(p, conf)) for p in a),
+            "detections_libreyolo": sum(len(nms(q, conf)) for q in b),
+            "ours_matched_in_libreyolo": sum(matched(nms(p, conf), nms(q, conf)) for p, q in zip(a, b)),
         }
         # LibreYOLO's eager eval decode: the fixture's for its images, recomputed for COCO128.
         eager = io["eval_pred"] if x is fixture_images else eager_decode(state, x)
@@ -171,14 +191,16 @@ def main():
         rows[name] = row
         print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in row.items()))
     # The embedded NMS (batch 1): each engine's (1, 300, 6) rows on each image.
-    for name, state, x in [("embedded NMS, fixture images", fixture_state, fixture_images), ("embedded NMS, COCO128 images", calibrated(fixture_state, coco), coco)]:
-        ours, theirs = export_pair(state, "nms-" + name.split()[-2], nms=True)
+    for i, (name, state, x, conf) in enumerate(sets):
+        name = "embedded NMS, " + name
+        ours, theirs = export_pair(state, f"nms{i}", nms=True, conf=conf)
         per_image = []
         for image in x:
             a, b = ours.run(None, {"images": image[None]}), theirs.run(None, {"images": image[None]})
             dets = [[(int(r[5]), float(r[4]), r[:4]) for r in out[0][0] if r[4] > 0] for out in (a, b)]
             per_image.append((len(dets[0]), len(dets[1]), matched(dets[0], dets[1]), float(np.abs(a[1] - b[1]).max())))
         row = {
+            "conf": conf,
             "detections_ours": sum(p[0] for p in per_image),
             "detections_libreyolo": sum(p[1] for p in per_image),
             "ours_matched_in_libreyolo": sum(p[2] for p in per_image),
