@@ -22,10 +22,8 @@ fn options(imgsz: u32, dynamic: bool, batch: usize) -> ExportOptions {
 }
 
 fn info(network: &Network, family: &str) -> ModelInfo {
-    let nc = network.head().nc();
-    let stride = network.head().as_detector().map_or(1, |d| d.strides().iter().copied().max().unwrap());
-    let task = if stride == 1 { "classify" } else { "detect" };
-    ModelInfo { family: family.into(), size: "t".into(), task, names: (0..nc).map(|i| format!("class{i}")).collect(), stride }
+    let names = (0..network.head().nc()).map(|i| format!("class{i}")).collect();
+    ModelInfo::new(network, family, "t", names)
 }
 
 /// The exported model's output on `images` as tract computes it.

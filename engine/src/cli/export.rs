@@ -41,12 +41,7 @@ struct Own {
 
 fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
     let mut own = Own { format: Format::Onnx, half: false, dynamic: true, batch: 1, opset: 13, out: None, nms: false, thresholds: Default::default() };
-    let mut rest = vec![];
-    for s in settings {
-        let Some((k, v)) = s.split_once('=') else {
-            rest.push(s.clone());
-            continue;
-        };
+    let rest = super::split_settings(settings, |k, v| {
         let boolean = || -> anyhow::Result<bool> {
             match v.trim().to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" => Ok(true),
@@ -57,10 +52,10 @@ fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
         let integer = || -> anyhow::Result<i64> {
             v.trim().parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| anyhow::anyhow!("`{k}` expects a positive integer, got `{v}`"))
         };
-        if own.thresholds.take(k.trim(), v)? {
-            continue;
+        if own.thresholds.take(k, v)? {
+            return Ok(true);
         }
-        match k.trim() {
+        match k {
             "format" => own.format = Format::parse(v).map_err(anyhow::Error::msg)?,
             "half" => own.half = boolean()?,
             "dynamic" => own.dynamic = boolean()?,
@@ -69,9 +64,10 @@ fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
             "out" | "output_path" => own.out = Some(PathBuf::from(v)),
             "nms" => own.nms = boolean()?,
             "simplify" => {} // LibreYOLO's onnxsim pass: the recorded graph has nothing to simplify.
-            _ => rest.push(s.clone()),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok((own, rest))
 }
 
@@ -83,18 +79,8 @@ pub fn run(args: &ExportArgs) -> Result<(), Failure> {
     let (names, nc) = super::weights_classes(&loaded, &weights);
     // The graph is recorded, never run: the weights stay on the CPU whatever `device` says.
     let (network, params) = super::eval_network(&loaded, nc, &weights, &burn::tensor::Device::flex())?;
-    let task = crate::train::validate::Task::of(&network);
-    let stride = network.head().as_detector().map_or(1, |d| d.strides().iter().copied().max().unwrap_or(1));
-    let info = ModelInfo {
-        family: m.model.family.clone(),
-        size: m.model.size.clone(),
-        task: match task {
-            crate::train::validate::Task::Detect => "detect",
-            crate::train::validate::Task::Classify => "classify",
-        },
-        names: (0..nc).map(|i| names.get(i).cloned().unwrap_or_else(|| i.to_string())).collect(),
-        stride,
-    };
+    let names = (0..nc).map(|i| names.get(i).cloned().unwrap_or_else(|| i.to_string())).collect();
+    let info = ModelInfo::new(&network, &m.model.family, &m.model.size, names);
     // The manifest's loader has checked that imgsz is a multiple of the network's stride.
     let (h, w) = (m.run.imgsz.height(), m.run.imgsz.width());
     let dynamic = own.dynamic && !own.nms;

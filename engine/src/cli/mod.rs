@@ -124,6 +124,20 @@ fn run_device(loaded: &manifest::LoadedManifest) -> Result<crate::device::Resolv
         .map_err(|msg| loaded.source.error_at(&manifest::KeyPath::dotted("run.device"), manifest::Part::Value, msg))
 }
 
+/// Splits a command's own `key=value` settings off the manifest overrides: `own` is given each
+/// setting's trimmed key and its value and says whether it took it; the rest, in order, are
+/// the overrides (and so is anything without `=`).
+fn split_settings(settings: &[String], mut own: impl FnMut(&str, &str) -> anyhow::Result<bool>) -> anyhow::Result<Vec<String>> {
+    let mut rest = vec![];
+    for s in settings {
+        match s.split_once('=') {
+            Some((k, v)) if own(k.trim(), v)? => {}
+            _ => rest.push(s.clone()),
+        }
+    }
+    Ok(rest)
+}
+
 /// `conf`, `iou` and `max_det`: the NMS settings of `predict` and of `export nms=true`, with
 /// LibreYOLO's defaults.
 #[derive(Debug, Clone, Copy)]

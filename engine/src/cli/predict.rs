@@ -34,22 +34,18 @@ struct Own {
 
 fn split(settings: &[String]) -> anyhow::Result<(Own, Vec<String>)> {
     let mut own = Own { source: None, nms: Default::default(), out: None, cuda_graph: GraphMode::Off };
-    let mut rest = vec![];
-    for s in settings {
-        let Some((k, v)) = s.split_once('=') else {
-            rest.push(s.clone());
-            continue;
-        };
-        if own.nms.take(k.trim(), v)? {
-            continue;
+    let rest = super::split_settings(settings, |k, v| {
+        if own.nms.take(k, v)? {
+            return Ok(true);
         }
-        match k.trim() {
+        match k {
             "source" => own.source = Some(PathBuf::from(v)),
             "out" => own.out = Some(PathBuf::from(v)),
             "cuda_graph" => own.cuda_graph = GraphMode::parse(v).map_err(anyhow::Error::msg)?,
-            _ => rest.push(s.clone()),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok((own, rest))
 }
 

@@ -66,6 +66,20 @@ pub struct ModelInfo {
     pub stride: usize,
 }
 
+impl ModelInfo {
+    /// `network`'s: its task and largest stride, with `names` (one per class).
+    pub fn new(network: &Network, family: &str, size: &str, names: Vec<String>) -> ModelInfo {
+        let detector = network.head().as_detector();
+        ModelInfo {
+            family: family.into(),
+            size: size.into(),
+            task: if detector.is_some() { "detect" } else { "classify" },
+            names,
+            stride: detector.map_or(1, |d| d.strides().iter().copied().max().unwrap_or(1)),
+        }
+    }
+}
+
 /// What an export wrote.
 #[derive(Debug, Clone)]
 pub struct Exported {
