@@ -197,6 +197,20 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A non-negative integer (a count that may be 0), `default` when absent.
+    pub fn count_or(&mut self, key: &'static str, default: usize) -> Result<usize, TopologyError> {
+        self.read.push(key);
+        match self.args.get(key) {
+            None => Ok(default),
+            Some(Arg::Int(v)) if *v >= 0 => Ok(*v as usize),
+            Some(other) => Err(TopologyError::new(
+                self.layer,
+                Some(&format!("args.{key}")),
+                format!("`args.{key}` of block `{}` must be a non-negative integer, got {other:?}", self.block),
+            )),
+        }
+    }
+
     /// A boolean (`true`/`false`), `default` when absent.
     pub fn bool_or(&mut self, key: &'static str, default: bool) -> Result<bool, TopologyError> {
         self.read.push(key);

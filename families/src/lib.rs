@@ -8,8 +8,10 @@ pub mod mobilenetv4;
 pub mod network;
 pub mod params;
 pub mod resnet;
+pub mod rtdetr;
 pub mod tensor;
 pub mod topology;
+pub mod transformer;
 pub mod weights;
 pub mod yolox;
 

@@ -47,6 +47,17 @@ impl Role {
     }
 }
 
+/// How a weight matrix starts: PyTorch's initialisers a transformer family uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    /// `nn.Linear`'s default: U(-1/sqrt(in), 1/sqrt(in)).
+    Torch,
+    /// `xavier_uniform_`: U(-a, a), a = sqrt(6 / (in + out)).
+    Xavier,
+    /// `constant_(w, 0)`.
+    Zeros,
+}
+
 /// A stored value.
 #[derive(Debug, Clone)]
 pub enum Value {
@@ -306,9 +317,24 @@ impl Builder<'_> {
 
     /// A linear weight `[out, in]` with PyTorch's default init: U(-1/sqrt(in), 1/sqrt(in)).
     pub fn linear_weight(&mut self, out: usize, input: usize) -> ParamId {
-        let values = self.uniform(out * input, 1.0 / (input as f32).sqrt());
+        self.matrix("weight", out, input, Init::Torch)
+    }
+
+    /// A weight matrix `[out, in]` named `leaf` (`in_proj_weight` of an attention), started by
+    /// `init`.
+    pub fn matrix(&mut self, leaf: &str, out: usize, input: usize, init: Init) -> ParamId {
+        let values = match init {
+            Init::Torch => self.uniform(out * input, 1.0 / (input as f32).sqrt()),
+            Init::Xavier => self.uniform(out * input, (6.0 / (input + out) as f32).sqrt()),
+            Init::Zeros => vec![0.0; out * input],
+        };
         let t = Tensor::<2>::from_data(TensorData::new(values, [out, input]), &self.device);
-        self.store.push(self.key("weight"), Role::Weight, Value::Float(AnyTensor::R2(t)))
+        self.store.push(self.key(leaf), Role::Weight, Value::Float(AnyTensor::R2(t)))
+    }
+
+    /// A vector named `leaf` holding `values` (a bias a family initialises itself).
+    pub fn values(&mut self, leaf: &str, role: Role, values: Vec<f32>) -> ParamId {
+        self.vector(leaf, role, values)
     }
 
     /// A linear bias with PyTorch's default init (the bound of its weight).
@@ -325,12 +351,20 @@ impl Builder<'_> {
     /// An embedding `[n, dim]` with PyTorch's default init, N(0, 1) (Box-Muller on this
     /// builder's RNG).
     pub fn embedding(&mut self, leaf: &str, n: usize, dim: usize) -> ParamId {
-        let values: Vec<f32> = (0..n * dim)
+        self.embedding_padded(leaf, n, dim, None)
+    }
+
+    /// An embedding whose row `padding` starts at zero, as `nn.Embedding(padding_idx=...)`.
+    pub fn embedding_padded(&mut self, leaf: &str, n: usize, dim: usize, padding: Option<usize>) -> ParamId {
+        let mut values: Vec<f32> = (0..n * dim)
             .map(|_| {
                 let (u1, u2) = (self.rng.random_range(f32::EPSILON..1.0), self.rng.random_range(0.0..1.0f32));
                 (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
             })
             .collect();
+        if let Some(row) = padding {
+            values[row * dim..(row + 1) * dim].fill(0.0);
+        }
         let t = Tensor::<2>::from_data(TensorData::new(values, [n, dim]), &self.device);
         self.store.push(self.key(leaf), Role::Embedding, Value::Float(AnyTensor::R2(t)))
     }

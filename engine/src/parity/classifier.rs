@@ -121,7 +121,7 @@ pub fn run(dir: &Path, name: &str, device: &Device) -> anyhow::Result<Classifier
 
 /// Every `grad.KEY` of the fixture against our gradient of `KEY`, on [`tolerance::GRADS`]'s
 /// scale.
-fn gradients(io: &Fixture, params: &ParamStore, grads: &[(libreyolo_families::ParamId, Tensor<1>)]) -> anyhow::Result<Vec<(String, f64)>> {
+pub fn gradients(io: &Fixture, params: &ParamStore, grads: &[(libreyolo_families::ParamId, Tensor<1>)]) -> anyhow::Result<Vec<(String, f64)>> {
     let expected: Vec<(String, Vec<f32>)> = io.names().into_iter().filter_map(|n| Some((n.strip_prefix("grad.")?.to_string(), io.get(&n).to_f32()))).collect();
     let largest = expected.iter().flat_map(|(_, v)| v.iter()).fold(0f64, |m, v| m.max(v.abs() as f64));
     expected

@@ -48,4 +48,11 @@ pub const BLOCKS: &[&crate::block::BlockKind] = &[
     &crate::mobilenetv4::conv_bn_act::BLOCK,
     &crate::mobilenetv4::edge_residual::BLOCK,
     &crate::mobilenetv4::uir::BLOCK,
+    &crate::rtdetr::presnet::STEM,
+    &crate::rtdetr::presnet::STAGE,
+    &crate::rtdetr::conv_norm::BLOCK,
+    &crate::rtdetr::conv_norm::PROJECTION,
+    &crate::rtdetr::aifi::BLOCK,
+    &crate::rtdetr::csp_rep::BLOCK,
+    &crate::rtdetr::decoder::BLOCK,
 ];

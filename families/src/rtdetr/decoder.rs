@@ -1,0 +1,241 @@
+//! RT-DETR's decoder, the network's head (LibreYOLO's `RTDETRTransformer`): the encoder's maps
+//! projected and flattened into tokens; every token scored and boxed against its anchor; the
+//! `queries` best tokens chosen as the decoder's queries and reference boxes; decoder layers
+//! refining the boxes, each with its own class and box heads.
+//!
+//! Its maps, as the loss and validation read them: in training `[boxes (L, B, Q, 4), logits
+//! (L, B, Q, nc)]` for each of the L decoder layers, then the encoder's choice `[boxes (1, B, Q,
+//! 4), logits (1, B, Q, nc)]`; in eval the last layer's boxes and logits only. Boxes are (cx, cy,
+//! w, h) in [0, 1] of the image.
+
+use std::rc::Rc;
+
+use burn::tensor::activation::sigmoid;
+use burn::tensor::{Tensor, TensorData};
+
+use super::conv_norm::{Act, ConvNorm};
+use super::decoder_layer::{DecoderLayer, Memory};
+use crate::block::{BlockKind, Head, Layer, Out};
+use crate::blocks::ConvShape;
+use crate::ctx::Ctx;
+use crate::params::{Builder, Init, ParamId};
+use crate::topology::TopologyError;
+use crate::transformer::{LayerNorm, Linear, Mlp, inverse_sigmoid, tokens};
+
+/// RT-DETR's anchors: a box of side 0.05 x 2^level at every cell centre; those within `EPS` of
+/// the image's border are invalid.
+const ANCHOR_SIZE: f32 = 0.05;
+const EPS: f32 = 0.01;
+
+#[derive(Debug, Clone)]
+pub struct RtDetrDecoder {
+    input_proj: Vec<ConvNorm>,
+    layers: Vec<DecoderLayer>,
+    /// The denoising queries' class embedding (`nc + 1` rows, the last the padding's).
+    pub denoising_class_embed: Option<ParamId>,
+    query_pos_head: Mlp,
+    enc_output: Linear,
+    enc_norm: LayerNorm,
+    enc_score_head: Linear,
+    enc_bbox_head: Mlp,
+    dec_score_head: Vec<Linear>,
+    dec_bbox_head: Vec<Mlp>,
+    nc: usize,
+    queries: usize,
+    strides: Vec<usize>,
+}
+
+/// The decoder's settings (`args`).
+struct Config {
+    dim: usize,
+    queries: usize,
+    layers: usize,
+    heads: usize,
+    ffn: usize,
+    points: usize,
+    denoising: usize,
+}
+
+impl RtDetrDecoder {
+    fn new(b: &mut Builder, nc: usize, c: &Config, strides: Vec<usize>) -> Self {
+        let (dim, levels) = (c.dim, strides.len());
+        let mut proj_b = b.pp("input_proj");
+        let input_proj = (0..levels).map(|i| ConvNorm::new(&mut proj_b.pp(i), ConvShape::new(dim, dim, 1, 1), Act::None)).collect();
+        let mut decoder_b = b.pp("decoder");
+        let mut layers_b = decoder_b.pp("layers");
+        let layers = (0..c.layers).map(|i| DecoderLayer::new(&mut layers_b.pp(i), dim, c.heads, c.ffn, levels, c.points)).collect();
+        let denoising_class_embed = (c.denoising > 0).then(|| b.pp("denoising_class_embed").embedding_padded("weight", nc + 1, dim, Some(nc)));
+        let query_pos_head = Mlp::new(&mut b.pp("query_pos_head"), 4, 2 * dim, dim, 2, Init::Xavier, false);
+        let enc_output = Linear::weight_init(&mut b.pp("enc_output").pp(0), dim, dim, Init::Xavier);
+        let enc_norm = LayerNorm::new(&mut b.pp("enc_output").pp(1), dim);
+        // the classification prior of 0.01, as `bias_init_with_prob(0.01)`
+        let prior = -((1.0f32 - 0.01) / 0.01).ln();
+        let enc_score_head = Linear::init(&mut b.pp("enc_score_head"), dim, nc, Init::Torch, prior);
+        let enc_bbox_head = Mlp::new(&mut b.pp("enc_bbox_head"), dim, dim, 4, 3, Init::Torch, true);
+        let mut score_b = b.pp("dec_score_head");
+        let dec_score_head = (0..c.layers).map(|i| Linear::init(&mut score_b.pp(i), dim, nc, Init::Torch, prior)).collect();
+        let mut bbox_b = b.pp("dec_bbox_head");
+        let dec_bbox_head = (0..c.layers).map(|i| Mlp::new(&mut bbox_b.pp(i), dim, dim, 4, 3, Init::Torch, true)).collect();
+        Self {
+            input_proj,
+            layers,
+            denoising_class_embed,
+            query_pos_head,
+            enc_output,
+            enc_norm,
+            enc_score_head,
+            enc_bbox_head,
+            dec_score_head,
+            dec_bbox_head,
+            nc,
+            queries: c.queries,
+            strides,
+        }
+    }
+
+    /// The head's maps (see the module's documentation).
+    pub fn forward_maps(&self, feats: Vec<Tensor<4>>, cx: &Ctx) -> Vec<Tensor<4>> {
+        let mut shapes = vec![];
+        let levels: Vec<Tensor<3>> = feats
+            .into_iter()
+            .zip(&self.input_proj)
+            .map(|(f, proj)| {
+                let y = proj.forward(f, cx);
+                let [_, _, h, w] = y.dims();
+                shapes.push((h, w));
+                tokens(y)
+            })
+            .collect();
+        let memory = Tensor::cat(levels, 1);
+        let (target, reference, enc_boxes, enc_logits) = self.select_queries(memory.clone(), &shapes, cx);
+        let memory = Memory { tokens: memory, shapes: &shapes, mask: None };
+        let (boxes, logits) = self.decode_queries(target, reference, &memory, cx);
+        let stack = |v: Vec<Tensor<3>>| Tensor::cat(v.into_iter().map(|t| t.unsqueeze::<4>()).collect(), 0);
+        let mut maps = vec![stack(boxes), stack(logits)];
+        if cx.training() {
+            maps.extend([enc_boxes.unsqueeze::<4>(), enc_logits.unsqueeze::<4>()]);
+        }
+        maps
+    }
+
+    /// The encoder's tokens scored and boxed, and the `queries` best chosen: their features
+    /// (detached: the queries' content), their boxes before the sigmoid (detached: the first
+    /// reference boxes), and their boxes and logits (the encoder's loss terms).
+    fn select_queries(&self, memory: Tensor<3>, shapes: &[(usize, usize)], cx: &Ctx) -> (Tensor<3>, Tensor<3>, Tensor<3>, Tensor<3>) {
+        let [b, s, c] = memory.dims();
+        let (anchors, valid) = anchors(shapes);
+        let device = memory.device();
+        let dtype = burn::tensor::FloatDType::from(memory.dtype());
+        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device).cast(dtype);
+        let valid = Tensor::<3>::from_data(TensorData::new(valid, [1, s, 1]), &device).cast(dtype);
+        let features = self.enc_norm.forward(self.enc_output.forward(memory.mul(valid), cx), cx);
+        let enc_class = self.enc_score_head.forward(features.clone(), cx);
+        let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).add(anchors);
+        let (_, index) = enc_class.clone().max_dim(2).reshape([b, s]).topk_with_indices(self.queries, 1);
+        let index = index.reshape([b, self.queries, 1]);
+        let pick = |t: Tensor<3>, width: usize| t.gather(1, index.clone().repeat_dim(2, width));
+        let reference = pick(enc_coord, 4);
+        let enc_boxes = sigmoid(reference.clone());
+        let enc_logits = pick(enc_class, self.nc);
+        let target = pick(features, c).detach();
+        (target, reference.detach(), enc_boxes, enc_logits)
+    }
+
+    /// The decoder layers from the chosen queries: each layer's boxes and logits (eval: the
+    /// last layer's only). A layer's reference boxes are the previous layer's, detached in
+    /// training; its boxes for the loss refine the previous layer's undetached boxes.
+    fn decode_queries(&self, target: Tensor<3>, reference: Tensor<3>, memory: &Memory, cx: &Ctx) -> (Vec<Tensor<3>>, Vec<Tensor<3>>) {
+        let training = cx.training();
+        let (mut boxes, mut logits) = (vec![], vec![]);
+        let mut detached = sigmoid(reference);
+        let mut previous = detached.clone();
+        let mut out = target;
+        let last = self.layers.len() - 1;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let pos = self.query_pos_head.forward(detached.clone(), cx);
+            out = layer.forward(out, detached.clone(), pos, memory, cx);
+            let delta = self.dec_bbox_head[i].forward(out.clone(), cx);
+            let refined = sigmoid(delta.clone().add(inverse_sigmoid(detached.clone())));
+            if training {
+                logits.push(self.dec_score_head[i].forward(out.clone(), cx));
+                boxes.push(if i == 0 { refined.clone() } else { sigmoid(delta.add(inverse_sigmoid(previous))) });
+            } else if i == last {
+                logits.push(self.dec_score_head[i].forward(out.clone(), cx));
+                boxes.push(refined);
+                break;
+            }
+            previous = refined.clone();
+            detached = if training { refined.detach() } else { refined };
+        }
+        (boxes, logits)
+    }
+
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+}
+
+/// RT-DETR's anchors for maps of `shapes`, as `_generate_anchors` makes them: per cell (row-major,
+/// level after level) `logit(cx, cy, s, s)`, `+inf` where any coordinate is not within (EPS,
+/// 1 - EPS); and the validity (1 or 0) of each.
+pub fn anchors(shapes: &[(usize, usize)]) -> (Vec<f32>, Vec<f32>) {
+    let (mut out, mut valid) = (vec![], vec![]);
+    for (level, &(h, w)) in shapes.iter().enumerate() {
+        let side = ANCHOR_SIZE * 2f32.powi(level as i32);
+        for y in 0..h {
+            for x in 0..w {
+                let a = [(x as f32 + 0.5) / w as f32, (y as f32 + 0.5) / h as f32, side, side];
+                let ok = a.iter().all(|v| *v > EPS && *v < 1.0 - EPS);
+                out.extend(a.map(|v| if ok { (v / (1.0 - v)).ln() } else { f32::INFINITY }));
+                valid.push(if ok { 1.0 } else { 0.0 });
+            }
+        }
+    }
+    (out, valid)
+}
+
+impl Layer for RtDetrDecoder {
+    fn forward(&self, inputs: Vec<Tensor<4>>, cx: &Ctx) -> Out {
+        Out::Head(self.forward_maps(inputs, cx))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn as_head(&self) -> Option<&dyn Head> {
+        Some(self)
+    }
+}
+
+impl Head for RtDetrDecoder {
+    fn nc(&self) -> usize {
+        self.nc
+    }
+}
+
+/// `RTDETRDecoder` in a topology: the encoder's maps in (`from = [...]`, one width), `args = {
+/// queries = 300, layers = 3, heads = 8, ffn = 1024, points = 4, denoising = 100 }`.
+pub static BLOCK: BlockKind = BlockKind {
+    name: "RTDETRDecoder",
+    args: &["queries", "layers", "heads", "ffn", "points", "denoising"],
+    head: true,
+    build: |b| {
+        let dim = b.inputs[0].channels;
+        if let Some(other) = b.inputs.iter().find(|s| s.channels != dim) {
+            return Err(TopologyError::new(b.args.layer, Some("from"), format!("`{}` reads maps of one width, got {dim} and {}", b.name, other.channels)));
+        }
+        let config = Config {
+            dim,
+            queries: b.args.usize_or("queries", 300)?,
+            layers: b.args.usize_or("layers", 3)?,
+            heads: b.args.usize_or("heads", 8)?,
+            ffn: b.args.usize_or("ffn", 1024)?,
+            points: b.args.usize_or("points", 4)?,
+            denoising: b.args.count_or("denoising", 100)?,
+        };
+        if dim % config.heads != 0 {
+            return Err(TopologyError::new(b.args.layer, Some("args.heads"), format!("`{}`: {dim} channels do not split into {} heads", b.name, config.heads)));
+        }
+        let strides = b.inputs.iter().map(|s| s.stride).collect();
+        Ok((Rc::new(RtDetrDecoder::new(b.params, b.nc, &config, strides)), None))
+    },
+};
