@@ -90,7 +90,7 @@ pub static BLOCK: BlockKind = BlockKind {
         let input = b.single()?;
         let (heads, ffn, n) = (b.args.usize_or("heads", 8)?, b.args.usize_or("ffn", 1024)?, b.args.usize_or("layers", 1)?);
         let dim = input.channels;
-        if dim % 4 != 0 || dim % heads != 0 {
+        if !dim.is_multiple_of(4) || !dim.is_multiple_of(heads) {
             return Err(TopologyError::new(
                 b.args.layer,
                 Some("args.heads"),

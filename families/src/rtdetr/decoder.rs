@@ -232,7 +232,7 @@ pub static BLOCK: BlockKind = BlockKind {
             points: b.args.usize_or("points", 4)?,
             denoising: b.args.count_or("denoising", 100)?,
         };
-        if dim % config.heads != 0 {
+        if !dim.is_multiple_of(config.heads) {
             return Err(TopologyError::new(b.args.layer, Some("args.heads"), format!("`{}`: {dim} channels do not split into {} heads", b.name, config.heads)));
         }
         let strides = b.inputs.iter().map(|s| s.stride).collect();

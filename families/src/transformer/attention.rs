@@ -22,7 +22,7 @@ impl MultiheadAttention {
     /// PyTorch's init: `in_proj_weight` Xavier-uniform, both biases zero, `out_proj.weight`
     /// `nn.Linear`'s default.
     pub fn new(b: &mut Builder, dim: usize, heads: usize) -> Self {
-        assert!(dim % heads == 0, "attention width {dim} is not a multiple of {heads} heads");
+        assert!(dim.is_multiple_of(heads), "attention width {dim} is not a multiple of {heads} heads");
         let in_weight = b.matrix("in_proj_weight", 3 * dim, dim, Init::Xavier);
         let in_bias = b.constant("in_proj_bias", Role::Bias, 3 * dim, 0.0);
         let out = Linear::weight_init_zero_bias(&mut b.pp("out_proj"), dim, dim);
@@ -39,7 +39,7 @@ impl MultiheadAttention {
         let (w, bias) = (cx.rank2(self.in_weight), cx.rank1(self.in_bias));
         let project = |x: Tensor<3>, part: usize, n: usize| {
             let wp = w.clone().slice([part * c..(part + 1) * c, 0..c]);
-            let bp = bias.clone().slice([part * c..(part + 1) * c]);
+            let bp = bias.clone().slice_dim(0, part * c..(part + 1) * c);
             let y = x.reshape([b * n, c]).matmul(wp.transpose()).add(bp.unsqueeze::<2>());
             y.reshape([b, n, h, hd]).swap_dims(1, 2) // (B, H, N, hd)
         };

@@ -7,6 +7,7 @@ pub mod ema;
 pub mod grad_clip;
 pub mod grad_sync;
 pub mod loss_classify;
+pub mod loss_rtdetr;
 pub mod loss_yolo9;
 pub mod loss_yolox;
 pub mod network_backward;
@@ -26,6 +27,7 @@ pub fn builtin() -> Registry {
             &loss_yolo9::KIND,
             &loss_yolox::KIND,
             &loss_classify::KIND,
+            &loss_rtdetr::KIND,
             &network_backward::KIND,
             &grad_clip::KIND,
             &optimizer::KIND,

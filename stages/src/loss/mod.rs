@@ -1,6 +1,7 @@
-//! Detection and classification losses. Every loss here is sync-free: it only launches tensor operations on
-//! fixed-size inputs and never reads a value back to the host, so it can run inside a CUDA
-//! graph and leaves reading its terms for logging to the caller.
+//! Detection and classification losses. Every loss here but RT-DETR's is sync-free: it only
+//! launches tensor operations on fixed-size inputs and never reads a value back to the host, so
+//! it can run inside a CUDA graph and leaves reading its terms for logging to the caller.
+//! RT-DETR's Hungarian matching reads its cost matrices on the host (`rtdetr`).
 
 use burn::tensor::activation::log_sigmoid;
 use burn::tensor::distributed::{ReduceOperation, all_reduce};
@@ -10,11 +11,14 @@ pub mod anchors;
 pub mod assigner;
 pub mod ciou;
 pub mod cross_entropy;
+pub mod detr_boxes;
+pub mod rtdetr;
 pub mod simota;
 pub mod yolo9;
 pub mod yolox;
 
 pub use cross_entropy::cross_entropy;
+pub use rtdetr::{DetrTargets, DetrTerms, RtDetrLoss};
 pub use yolo9::{Yolo9Loss, Yolo9Settings, Yolo9Terms};
 pub use yolox::{YoloxLoss, YoloxSettings, YoloxTerms};
 
