@@ -52,7 +52,7 @@ fn matches_terms_and_gradients_match_libreyolo() {
     let device = Device::flex();
     let io = fixture();
     let (maps, enc, levels) = levels(&io, &device);
-    let terms = RtDetrLoss.compute(&levels, &targets(&io), None);
+    let terms = RtDetrLoss.compute(&levels, None, &targets(&io), None);
 
     for (level, matches) in terms.matches.iter().enumerate() {
         for (image, pairs) in matches.iter().enumerate() {

@@ -116,6 +116,9 @@ pub struct Ctx {
     /// (SyncBatchNorm): every device runs the same forward, and each BatchNorm all-reduces its
     /// sums over them.
     sync_group: Option<Vec<Device>>,
+    /// The batch's labels, `(B, M, 5)` rows `[cls, x1, y1, x2, y2]` normalised, for a head that
+    /// conditions on them in training (DETR's denoising queries).
+    targets: Option<Tensor<3>>,
 }
 
 impl Ctx {
@@ -165,7 +168,7 @@ impl Ctx {
             })
             .collect();
         let live = leaves.iter().map(|l| Live(l.0.as_ref().map(|t| dtype.map_or_else(|| t.clone(), |d| t.cast(d))))).collect();
-        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None }
+        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None, targets: None }
     }
 
     /// This inference context with its parameters and folded convolutions copied to `device`:
@@ -189,6 +192,7 @@ impl Ctx {
             dtype: self.dtype,
             fused,
             sync_group: None,
+            targets: None,
         }
     }
 
@@ -201,6 +205,17 @@ impl Ctx {
     }
 
     /// The devices BatchNorm statistics are shared over, when synced.
+    /// This context with the batch's labels, for a head that reads them in training.
+    pub fn with_targets(mut self, targets: Tensor<3>) -> Self {
+        self.targets = Some(targets);
+        self
+    }
+
+    /// The batch's labels, when the forward was given them.
+    pub fn targets(&self) -> Option<&Tensor<3>> {
+        self.targets.as_ref()
+    }
+
     pub fn sync_group(&self) -> Option<&[Device]> {
         self.sync_group.as_deref()
     }

@@ -369,6 +369,12 @@ impl Builder<'_> {
         self.store.push(self.key(leaf), Role::Embedding, Value::Float(AnyTensor::R2(t)))
     }
 
+    /// A seed drawn from this builder's RNG, for a layer that draws at run time (DETR's
+    /// denoising noise): runs built with one seed draw the same.
+    pub fn seed(&mut self) -> u64 {
+        self.rng.random()
+    }
+
     fn uniform(&mut self, n: usize, bound: f32) -> Vec<f32> {
         (0..n).map(|_| self.rng.random_range(-bound..bound)).collect()
     }

@@ -58,10 +58,17 @@ impl Ty {
 pub struct Port {
     pub name: &'static str,
     pub ty: Ty,
+    /// An input a stage may leave unconnected (after the required ones).
+    pub optional: bool,
 }
 
 pub const fn port(name: &'static str, ty: Ty) -> Port {
-    Port { name, ty }
+    Port { name, ty, optional: false }
+}
+
+/// An input a manifest may leave out: `inputs` lists it or not, after the required ones.
+pub const fn optional(name: &'static str, ty: Ty) -> Port {
+    Port { name, ty, optional: true }
 }
 
 /// How a kind takes part in the step's autodiff. The engine's program places the backward:
@@ -452,6 +459,14 @@ impl Io<'_> {
     /// The value on input port `i`, taken (a host batch is moved, not copied).
     pub fn take_input(&mut self, i: usize) -> anyhow::Result<Value> {
         self.board.take(self.inputs[i]).ok_or_else(|| anyhow::anyhow!("input {i} has no value (read twice, or before its stage ran)"))
+    }
+
+    /// The tensor on optional input port `i`, `None` when the manifest left it unconnected.
+    pub fn optional_tensor(&self, i: usize) -> anyhow::Result<Option<AnyTensor>> {
+        if i >= self.inputs.len() {
+            return Ok(None);
+        }
+        self.tensor(i).map(Some)
     }
 
     pub fn tensor(&self, i: usize) -> anyhow::Result<AnyTensor> {

@@ -96,17 +96,22 @@ impl StepDag {
                     .with_help(suggestion(&spec.kind, names.iter().copied()))
                     .with_note(format!("known kinds: {}", names.join(", "))));
             };
-            if spec.inputs.len() != kind.inputs.len() {
+            let required = kind.inputs.iter().filter(|p| !p.optional).count();
+            if spec.inputs.len() < required || spec.inputs.len() > kind.inputs.len() {
+                let takes = if required == kind.inputs.len() { format!("{required}") } else { format!("{required} to {}", kind.inputs.len()) };
                 return Err(source
                     .error_at(
                         &KeyPath::stage(i).key("inputs"),
                         Part::Value,
-                        format!("stage `{}` (kind `{}`) takes {} input(s), got {}", spec.name, kind.name, kind.inputs.len(), spec.inputs.len()),
+                        format!("stage `{}` (kind `{}`) takes {takes} input(s), got {}", spec.name, kind.name, spec.inputs.len()),
                     )
                     .with_label(if kind.inputs.is_empty() {
                         "expected no inputs".to_string()
                     } else {
-                        format!("expected [{}]", kind.inputs.iter().map(|p| p.name).collect::<Vec<_>>().join(", "))
+                        format!(
+                            "expected [{}]",
+                            kind.inputs.iter().map(|p| if p.optional { format!("{}?", p.name) } else { p.name.to_string() }).collect::<Vec<_>>().join(", ")
+                        )
                     }));
             }
             let mut inputs = Vec::new();

@@ -246,8 +246,14 @@ impl<'a> Compiler<'a> {
                 }
                 (Autodiff::Forward, Some(layer)) => {
                     let crossing = self.slot();
-                    self.push(format!("{name}(..{layer})"), Self::item(StageRef::Dag(i), Part::Until(layer.clone()), graph, inputs, vec![crossing]));
-                    self.push(format!("{name}({layer}..)"), Self::item(StageRef::Dag(i), Part::From(layer.clone()), false, vec![crossing], outputs));
+                    // The layers up to the cut read the images; the rest reads what crosses the
+                    // cut and the stage's other inputs (a head's labels).
+                    let rest = [vec![crossing], inputs[1..].to_vec()].concat();
+                    self.push(
+                        format!("{name}(..{layer})"),
+                        Self::item(StageRef::Dag(i), Part::Until(layer.clone()), graph, inputs[..1].to_vec(), vec![crossing]),
+                    );
+                    self.push(format!("{name}({layer}..)"), Self::item(StageRef::Dag(i), Part::From(layer.clone()), false, rest, outputs));
                 }
                 _ => self.push(name, Self::item(StageRef::Dag(i), Part::Whole, graph, inputs, outputs)),
             }
@@ -267,8 +273,8 @@ impl<'a> Compiler<'a> {
                 continue;
             }
             out.push(i);
-            let ports = match item.part {
-                Part::From(_) => vec![Ty::Activations],
+            let ports: Vec<Ty> = match item.part {
+                Part::From(_) => std::iter::once(Ty::Activations).chain(kind.inputs[1..].iter().map(|p| p.ty)).collect(),
                 _ => kind.inputs.iter().map(|p| p.ty).collect(),
             };
             needed.extend(item.inputs.iter().zip(ports).filter(|(_, ty)| ty.differentiable()).map(|(s, _)| *s));

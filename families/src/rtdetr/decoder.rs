@@ -8,13 +8,18 @@
 //! 4), logits (1, B, Q, nc)]`; in eval the last layer's boxes and logits only. Boxes are (cx, cy,
 //! w, h) in [0, 1] of the image.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 use super::conv_norm::{Act, ConvNorm};
 use super::decoder_layer::{DecoderLayer, Memory};
+use super::denoising::{Denoising, Noise};
+use super::targets::DetrTargets;
 use crate::block::{BlockKind, Head, Layer, Out};
 use crate::blocks::ConvShape;
 use crate::ctx::Ctx;
@@ -42,7 +47,10 @@ pub struct RtDetrDecoder {
     dec_bbox_head: Vec<Mlp>,
     nc: usize,
     queries: usize,
+    denoising: usize,
     strides: Vec<usize>,
+    /// The denoising groups' random draws, seeded from the network's build.
+    rng: RefCell<StdRng>,
 }
 
 /// The decoder's settings (`args`).
@@ -89,12 +97,29 @@ impl RtDetrDecoder {
             dec_bbox_head,
             nc,
             queries: c.queries,
+            denoising: c.denoising,
             strides,
+            rng: RefCell::new(StdRng::seed_from_u64(b.seed())),
         }
     }
 
-    /// The head's maps (see the module's documentation).
+    /// The head's maps (see the module's documentation). In training, with the batch's labels
+    /// in the context, the decoder also refines this batch's denoising groups.
     pub fn forward_maps(&self, feats: Vec<Tensor<4>>, cx: &Ctx) -> Vec<Tensor<4>> {
+        let denoising = match (cx.training(), cx.targets()) {
+            (true, Some(t)) if self.denoising > 0 => {
+                let mut rng = self.rng.borrow_mut();
+                Denoising::build(&DetrTargets::from_tensor(t), self.nc, self.queries, self.denoising, |b, n| Noise::draw(&mut *rng, b, n, self.nc))
+            }
+            _ => None,
+        };
+        self.forward_denoised(feats, cx, denoising.as_ref())
+    }
+
+    /// [`forward_maps`](Self::forward_maps) with the denoising groups given: in training the
+    /// maps end with the denoising queries' boxes and logits, every layer's, `(L, B, N, 4)` and
+    /// `(L, B, N, nc)`.
+    pub fn forward_denoised(&self, feats: Vec<Tensor<4>>, cx: &Ctx, denoising: Option<&Denoising>) -> Vec<Tensor<4>> {
         let mut shapes = vec![];
         let levels: Vec<Tensor<3>> = feats
             .into_iter()
@@ -107,15 +132,46 @@ impl RtDetrDecoder {
             })
             .collect();
         let memory = Tensor::cat(levels, 1);
-        let (target, reference, enc_boxes, enc_logits) = self.select_queries(memory.clone(), &shapes, cx);
-        let memory = Memory { tokens: memory, shapes: &shapes, mask: None };
+        let (mut target, mut reference, enc_boxes, enc_logits) = self.select_queries(memory.clone(), &shapes, cx);
+        let mut mask = None;
+        if let Some(dn) = denoising {
+            let (queries, boxes, dn_mask) = self.denoising_queries(dn, &reference, cx);
+            target = Tensor::cat(vec![queries, target], 1);
+            reference = Tensor::cat(vec![boxes, reference], 1);
+            mask = Some(dn_mask);
+        }
+        let memory = Memory { tokens: memory, shapes: &shapes, mask };
         let (boxes, logits) = self.decode_queries(target, reference, &memory, cx);
-        let stack = |v: Vec<Tensor<3>>| Tensor::cat(v.into_iter().map(|t| t.unsqueeze::<4>()).collect(), 0);
-        let mut maps = vec![stack(boxes), stack(logits)];
+        let stack =
+            |v: &[Tensor<3>], range: std::ops::Range<usize>| Tensor::cat(v.iter().map(|t| t.clone().slice_dim(1, range.clone()).unsqueeze::<4>()).collect(), 0);
+        let n = denoising.map_or(0, |d| d.queries);
+        let all = n..n + self.queries;
+        let mut maps = vec![stack(&boxes, all.clone()), stack(&logits, all)];
         if cx.training() {
             maps.extend([enc_boxes.unsqueeze::<4>(), enc_logits.unsqueeze::<4>()]);
+            if n > 0 {
+                maps.extend([stack(&boxes, 0..n), stack(&logits, 0..n)]);
+            }
         }
         maps
+    }
+
+    /// The denoising queries' content (their classes' embeddings, `(B, N, C)`), and their
+    /// boxes before the sigmoid `(B, N, 4)` and the attention mask `(T, T)`.
+    fn denoising_queries(&self, dn: &Denoising, reference: &Tensor<3>, cx: &Ctx) -> (Tensor<3>, Tensor<3>, Tensor<2, Bool>) {
+        let [b, _, _] = reference.dims();
+        let (n, device) = (dn.queries, reference.device());
+        let table = cx.rank2(self.denoising_class_embed.expect("denoising groups need the class embedding"));
+        let c = table.dims()[1];
+        // `nn.Embedding(padding_idx=nc)`: the padding row is read but never trained
+        let table = Tensor::cat(vec![table.clone().slice_dim(0, 0..self.nc), table.slice_dim(0, self.nc..self.nc + 1).detach()], 0);
+        let classes = Tensor::<1, Int>::from_data(TensorData::new(dn.classes.clone(), [b * n]), &device);
+        let queries = table.select(0, classes).reshape([b, n, c]);
+        let dtype = burn::tensor::FloatDType::from(reference.dtype());
+        let boxes = Tensor::<3>::from_data(TensorData::new(dn.boxes.clone(), [b, n, 4]), &device).cast(dtype);
+        let t = n + self.queries;
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(dn.mask.clone(), [t, t]), &device);
+        (queries, boxes, mask)
     }
 
     /// The encoder's tokens scored and boxed, and the `queries` best chosen: their features

@@ -15,6 +15,10 @@ pub mod conv_norm;
 pub mod csp_rep;
 pub mod decoder;
 pub mod decoder_layer;
+pub mod denoising;
 pub mod presnet;
+pub mod targets;
 
 pub use decoder::RtDetrDecoder;
+pub use denoising::{Denoising, Noise, positive_matches};
+pub use targets::DetrTargets;

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::loss::rtdetr::Level;
+use crate::loss::rtdetr::{DenoisingLevels, Level};
 use crate::loss::{DetrTargets, RtDetrLoss};
 use crate::stage::{AnyTensor, Autodiff, Group, Io, Kind, Parallel, Stage, Ty, Value, port};
 
@@ -31,23 +31,38 @@ struct LossRtDetr {
 impl Stage for LossRtDetr {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let maps: Vec<Tensor<4>> = io.activations(0)?.maps(0).into_iter().map(|t| t.cast(FloatDType::F32)).collect();
-        let [boxes, logits, enc_boxes, enc_logits] = <[Tensor<4>; 4]>::try_from(maps).map_err(|m| {
-            anyhow::anyhow!("loss.rtdetr reads an RTDETRDecoder head's training outputs (every layer's boxes and logits, the encoder's), got {} maps", m.len())
-        })?;
+        if maps.len() != 4 && maps.len() != 6 {
+            anyhow::bail!(
+                "loss.rtdetr reads an RTDETRDecoder head's training outputs (every layer's boxes and logits, the encoder's, the denoising queries'), got {} maps",
+                maps.len()
+            );
+        }
         let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.rtdetr reads (batch, max_labels, 5) targets") };
-        let images = targets.dims()[0];
-        let rows: Vec<f32> = targets.into_data().convert::<f32>().try_into_vec::<f32>().map_err(|e| anyhow::anyhow!("reading the targets: {e:?}"))?;
-        let [layers, b, q, nc] = logits.dims();
-        let layer = |i: usize| Level {
-            boxes: boxes.clone().slice_dim(0, i..i + 1).reshape([b, q, 4]),
-            logits: logits.clone().slice_dim(0, i..i + 1).reshape([b, q, nc]),
-        };
+        let targets = DetrTargets::from_tensor(&targets);
         // LibreYOLO's order: the last layer, the others, the encoder's queries
-        let mut levels = vec![layer(layers - 1)];
-        levels.extend((0..layers - 1).map(layer));
-        levels.push(Level { boxes: enc_boxes.reshape([b, q, 4]), logits: enc_logits.reshape([b, q, nc]) });
-        let terms = RtDetrLoss.compute(&levels, &DetrTargets::from_rows(&rows, images), self.group.devices());
+        let mut levels = layers(&maps[0], &maps[1]);
+        levels.rotate_right(1);
+        levels.push(Level { boxes: squeeze(&maps[2]), logits: squeeze(&maps[3]) });
+        let denoising = (maps.len() == 6).then(|| {
+            let queries = maps[4].dims()[2];
+            DenoisingLevels { levels: layers(&maps[4], &maps[5]), groups: queries / (2 * targets.max_per_image().max(1)) }
+        });
+        let terms = RtDetrLoss.compute(&levels, denoising.as_ref(), &targets, self.group.devices());
         io.output(0, Value::Loss(terms.named()));
         Ok(())
     }
+}
+
+/// Every layer's boxes `(L, B, Q, 4)` and logits `(L, B, Q, nc)` as levels, layer by layer.
+fn layers(boxes: &Tensor<4>, logits: &Tensor<4>) -> Vec<Level> {
+    let [l, b, q, nc] = logits.dims();
+    (0..l)
+        .map(|i| Level { boxes: boxes.clone().slice_dim(0, i..i + 1).reshape([b, q, 4]), logits: logits.clone().slice_dim(0, i..i + 1).reshape([b, q, nc]) })
+        .collect()
+}
+
+/// `(1, B, Q, C)` -> `(B, Q, C)`.
+fn squeeze(t: &Tensor<4>) -> Tensor<3> {
+    let [_, b, q, c] = t.dims();
+    t.clone().reshape([b, q, c])
 }

@@ -7,18 +7,21 @@
 //! ([`Part::Until`], captured when the stage is), then the rest from the activations that
 //! cross the cut ([`Part::From`], always eager), e.g. the backbone and neck in a graph and the
 //! heads eager with the loss.
+//!
+//! Its optional `targets` input hands the batch's labels to a head that conditions on them in
+//! training (RT-DETR's denoising queries); the part after a cut reads them.
 
 use std::rc::Rc;
 
 use burn::tensor::{FloatDType, Tensor};
 use libreyolo_families::{Ctx, ParamStore, Role, Value as Stored};
 
-use crate::stage::{Activations, AnyTensor, Autodiff, Build, Group, Io, Kind, Model, Parallel, Part, Stage, StepInfo, Ty, Value, port};
+use crate::stage::{Activations, AnyTensor, Autodiff, Build, Group, Io, Kind, Model, Parallel, Part, Stage, StepInfo, Ty, Value, optional, port};
 
 pub static KIND: Kind = Kind {
     name: "network.forward",
     summary: "runs the network on a batch of images",
-    inputs: &[port("images", Ty::Tensor)],
+    inputs: &[port("images", Ty::Tensor), optional("targets", Ty::Tensor)],
     outputs: &[port("preds", Ty::Activations)],
     not_capturable: None,
     autodiff: Autodiff::Forward,
@@ -71,7 +74,12 @@ impl Stage for NetworkForward {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let network = &self.model.network;
         let with_aux = self.model.with_aux;
-        let cx = self.context(&self.model.params.borrow());
+        let mut cx = self.context(&self.model.params.borrow());
+        // the labels' port: 1 in the whole forward and in the part after a cut
+        if let (Part::Whole | Part::From(_), Some(targets)) = (io.part, io.optional_tensor(1)?) {
+            let AnyTensor::R3(t) = targets else { anyhow::bail!("network.forward reads (batch, max_labels, 5) targets") };
+            cx = cx.with_targets(t);
+        }
         let out = match io.part {
             Part::Whole => {
                 let AnyTensor::R4(images) = io.tensor(0)? else { anyhow::bail!("network.forward reads rank-4 images") };

@@ -13,47 +13,20 @@
 //! over replicas, as LibreYOLO's `all_reduce_avg_scalar_tensor`). The terms a run logs sum each
 //! kind over the levels, as LibreYOLO's trainer does (`get_loss_components`).
 //!
+//! In training the decoder's denoising groups add the same three terms for every decoder layer,
+//! their positive queries matched to their boxes by construction, divided by the box count
+//! times the number of groups.
+//!
 //! Unlike the other losses here, matching reads the cost matrices on the host: one read a step
-//! for all levels. The contrastive-denoising groups are not part of it yet.
+//! for all levels.
 
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::detr_boxes::{giou_matrix, giou_paired, iou_paired, xyxy};
 use super::{bce, normaliser};
-
-/// A batch's boxes as the DETR losses read them: per image, its labels and (cx, cy, w, h) boxes
-/// in [0, 1].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DetrTargets {
-    pub labels: Vec<Vec<usize>>,
-    pub boxes: Vec<Vec<[f32; 4]>>,
-}
-
-impl DetrTargets {
-    /// From the loader's `(B, M, 5)` rows `[cls, x1, y1, x2, y2]` normalised: the rows with
-    /// `x2 > x1` and `y2 > y1` (LibreYOLO's `convert_targets_for_detr`; padding rows are zero).
-    pub fn from_rows(rows: &[f32], images: usize) -> Self {
-        let per_image = rows.len() / images.max(1);
-        let mut out = Self::default();
-        for image in rows.chunks(per_image.max(1)).take(images) {
-            let (mut labels, mut boxes) = (vec![], vec![]);
-            for r in image.chunks_exact(5).filter(|r| r[3] > r[1] && r[4] > r[2]) {
-                let (w, h) = (r[3] - r[1], r[4] - r[2]);
-                labels.push(r[0] as usize);
-                boxes.push([r[1] + w / 2.0, r[2] + h / 2.0, w, h]);
-            }
-            out.labels.push(labels);
-            out.boxes.push(boxes);
-        }
-        out
-    }
-
-    /// Boxes in the batch.
-    pub fn count(&self) -> usize {
-        self.labels.iter().map(Vec::len).sum()
-    }
-}
+pub use libreyolo_families::rtdetr::DetrTargets;
+use libreyolo_families::rtdetr::positive_matches;
 
 /// One output level: boxes `(B, Q, 4)` (cx, cy, w, h) after the sigmoid and logits `(B, Q, nc)`.
 #[derive(Debug, Clone)]
@@ -64,6 +37,13 @@ pub struct Level {
 
 /// Per image, the matched `(query, target)` pairs, by query.
 pub type Matches = Vec<Vec<(usize, usize)>>;
+
+/// Every decoder layer's outputs for the denoising queries, `groups` groups of them.
+#[derive(Debug, Clone)]
+pub struct DenoisingLevels {
+    pub levels: Vec<Level>,
+    pub groups: usize,
+}
 
 /// The matching costs' weights and the focal cost's settings.
 const COST_CLASS: f64 = 2.0;
@@ -85,7 +65,8 @@ pub struct DetrTerms {
     pub vfl: Tensor<1>,
     pub bbox: Tensor<1>,
     pub giou: Tensor<1>,
-    /// Each level's `(vfl, bbox, giou)`, in the order of the levels given.
+    /// Each level's `(vfl, bbox, giou)`, in the order of the levels given, then the denoising
+    /// levels'.
     pub levels: Vec<[Tensor<1>; 3]>,
     pub matches: Vec<Matches>,
 }
@@ -147,13 +128,20 @@ pub struct RtDetrLoss;
 
 impl RtDetrLoss {
     /// `levels`: the last decoder layer's outputs first, then the others and the encoder's, in
-    /// f32; `targets` the batch's boxes. `group`: the data-parallel replicas, if any.
-    pub fn compute(&self, levels: &[Level], targets: &DetrTargets, group: Option<&[Device]>) -> DetrTerms {
+    /// f32; `denoising`: the denoising queries' outputs, when the decoder had them; `targets`
+    /// the batch's boxes. `group`: the data-parallel replicas, if any.
+    pub fn compute(&self, levels: &[Level], denoising: Option<&DenoisingLevels>, targets: &DetrTargets, group: Option<&[Device]>) -> DetrTerms {
         let device = levels[0].logits.device();
         let matches = match_levels(levels, targets, &device);
         let count = Tensor::<1>::from_data(TensorData::new(vec![targets.count() as f32], [1]), &device);
         let num_boxes = normaliser(count, group);
-        let per_level: Vec<[Tensor<1>; 3]> = levels.iter().zip(&matches).map(|(l, m)| self.level_terms(l, targets, m, &num_boxes)).collect();
+        let mut per_level: Vec<[Tensor<1>; 3]> = levels.iter().zip(&matches).map(|(l, m)| self.level_terms(l, targets, m, &num_boxes)).collect();
+        if let Some(dn) = denoising {
+            let counts: Vec<usize> = targets.labels.iter().map(Vec::len).collect();
+            let m = positive_matches(&counts, dn.groups, targets.max_per_image());
+            let num_boxes = num_boxes.clone().mul_scalar(dn.groups as f64);
+            per_level.extend(dn.levels.iter().map(|l| self.level_terms(l, targets, &m, &num_boxes)));
+        }
         let sum = |k: usize| per_level.iter().map(|t| t[k].clone()).reduce(|a, b| a.add(b)).expect("one level at least");
         let (vfl, bbox, giou) = (sum(0), sum(1), sum(2));
         DetrTerms { total: vfl.clone().add(bbox.clone()).add(giou.clone()), vfl, bbox, giou, levels: per_level, matches }

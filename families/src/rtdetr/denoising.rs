@@ -1,0 +1,140 @@
+//! RT-DETR's contrastive denoising groups (LibreYOLO's
+//! `get_contrastive_denoising_training_group`): in training the decoder also refines noised
+//! copies of the ground truth — per group, every box once as a positive (noise within half its
+//! size, to be restored) and once as a negative (noise between one and two halves, to be
+//! rejected), labels flipped at random — seen by no other group and by no matching query.
+//! The number of groups follows the batch's largest box count, so the query count changes
+//! from batch to batch; built on the host.
+
+use rand::Rng;
+
+use super::DetrTargets;
+
+/// LibreYOLO's settings: half the labels drawn for flipping are flipped (`label_noise_ratio`
+/// 0.5), boxes moved by up to their size (`box_noise_scale` 1.0).
+const LABEL_NOISE: f32 = 0.5;
+const BOX_NOISE: f32 = 1.0;
+
+/// One batch's random draws, `n` denoising queries an image, in LibreYOLO's order.
+#[derive(Debug, Clone)]
+pub struct Noise {
+    /// U[0, 1) per query: its label is redrawn below `LABEL_NOISE / 2`.
+    pub flip: Vec<f32>,
+    /// The redrawn label per query.
+    pub label: Vec<usize>,
+    /// -1 or 1 per box coordinate.
+    pub sign: Vec<f32>,
+    /// U[0, 1) per box coordinate.
+    pub part: Vec<f32>,
+}
+
+impl Noise {
+    /// Draws for `b` images of `n` queries and `nc` classes.
+    pub fn draw(rng: &mut impl Rng, b: usize, n: usize, nc: usize) -> Self {
+        let flip = (0..b * n).map(|_| rng.random::<f32>()).collect();
+        let label = (0..b * n).map(|_| rng.random_range(0..nc)).collect();
+        let sign = (0..b * n * 4).map(|_| if rng.random::<bool>() { 1.0 } else { -1.0 }).collect();
+        let part = (0..b * n * 4).map(|_| rng.random::<f32>()).collect();
+        Self { flip, label, sign, part }
+    }
+}
+
+/// A batch's denoising queries: what the decoder prepends to its own queries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Denoising {
+    /// Per image and query, the class to embed (`nc`: padding, an image with fewer boxes).
+    pub classes: Vec<i64>,
+    /// Per image and query, the noised box before the sigmoid.
+    pub boxes: Vec<f32>,
+    /// `(T, T)`, `T` = denoising + matching queries: true where a query may not attend.
+    pub mask: Vec<bool>,
+    /// Denoising queries an image: `2 * max_gt * groups`.
+    pub queries: usize,
+    pub groups: usize,
+    pub max_gt: usize,
+}
+
+impl Denoising {
+    /// The groups of `targets` for `nc` classes before `queries` matching queries, about
+    /// `num_denoising` queries in all; `noise(b, n)` draws the randomness. `None` when there is
+    /// no box in the batch (or no denoising).
+    pub fn build(targets: &DetrTargets, nc: usize, queries: usize, num_denoising: usize, noise: impl FnOnce(usize, usize) -> Noise) -> Option<Self> {
+        let max_gt = targets.max_per_image();
+        if num_denoising == 0 || max_gt == 0 {
+            return None;
+        }
+        let groups = (num_denoising / max_gt).max(1);
+        let n = 2 * max_gt * groups;
+        let b = targets.labels.len();
+        let noise = noise(b, n);
+        let (mut classes, mut boxes) = (Vec::with_capacity(b * n), Vec::with_capacity(b * n * 4));
+        for (image, (labels, truth)) in targets.labels.iter().zip(&targets.boxes).enumerate() {
+            for k in 0..n {
+                let (j, q) = (k % max_gt, image * n + k);
+                let Some(&label) = labels.get(j) else {
+                    classes.push(nc as i64);
+                    boxes.extend([inverse_sigmoid(0.0); 4]);
+                    continue;
+                };
+                let flipped = noise.flip[q] < LABEL_NOISE * 0.5;
+                classes.push(if flipped { noise.label[q] as i64 } else { label as i64 });
+                let negative = k % (2 * max_gt) >= max_gt;
+                boxes.extend(noised(truth[j], negative, &noise.sign[q * 4..q * 4 + 4], &noise.part[q * 4..q * 4 + 4]));
+            }
+        }
+        Some(Self { classes, boxes, mask: mask(n, queries, max_gt, groups), queries: n, groups, max_gt })
+    }
+}
+
+/// The positive denoising queries of each image matched to its boxes, group by group, for
+/// `groups` groups of `2 * max_gt` queries: the loss's matches (LibreYOLO's
+/// `get_cdn_matched_indices`).
+pub fn positive_matches(boxes_per_image: &[usize], groups: usize, max_gt: usize) -> Vec<Vec<(usize, usize)>> {
+    boxes_per_image.iter().map(|&n| (0..groups).flat_map(|g| (0..n).map(move |j| (g * 2 * max_gt + j, j))).collect()).collect()
+}
+
+/// A box moved by its noise, then back to (cx, cy, w, h) and before the sigmoid.
+fn noised(b: [f32; 4], negative: bool, sign: &[f32], part: &[f32]) -> [f32; 4] {
+    let [cx, cy, w, h] = b;
+    let mut xyxy = [cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h];
+    let diff = [w * 0.5 * BOX_NOISE, h * 0.5 * BOX_NOISE, w * 0.5 * BOX_NOISE, h * 0.5 * BOX_NOISE];
+    for i in 0..4 {
+        let p = if negative { part[i] + 1.0 } else { part[i] };
+        xyxy[i] = (xyxy[i] + p * sign[i] * diff[i]).clamp(0.0, 1.0);
+    }
+    let [x0, y0, x1, y1] = xyxy;
+    [(x0 + x1) / 2.0, (y0 + y1) / 2.0, x1 - x0, y1 - y0].map(inverse_sigmoid)
+}
+
+/// DETR's `inverse_sigmoid` of one value (eps 1e-5).
+fn inverse_sigmoid(x: f32) -> f32 {
+    let x = x.clamp(0.0, 1.0);
+    (x.max(1e-5) / (1.0 - x).max(1e-5)).ln()
+}
+
+/// LibreYOLO's attention mask: the matching queries see no denoising query, and each group sees
+/// only itself (the loops of its code, kept as they are for a single group too).
+fn mask(n: usize, queries: usize, max_gt: usize, groups: usize) -> Vec<bool> {
+    let t = n + queries;
+    let mut m = vec![false; t * t];
+    let mut set = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+        for r in rows {
+            m[r * t + cols.start..r * t + cols.end.max(cols.start)].fill(true);
+        }
+    };
+    set(n..t, 0..n);
+    let g = 2 * max_gt;
+    for i in 0..groups {
+        let rows = g * i..g * (i + 1);
+        if i == 0 {
+            set(rows.clone(), g * (i + 1)..n);
+        }
+        if i == groups - 1 {
+            set(rows, 0..g * i);
+        } else {
+            set(rows.clone(), g * (i + 1)..n);
+            set(rows, 0..g * i);
+        }
+    }
+    m
+}
