@@ -21,4 +21,4 @@ pub use params::{ParamId, ParamStore, Role, Value};
 pub use topology::{LayerSpec, TopologyError};
 
 /// Families a manifest can name in `model.family`.
-pub const FAMILIES: &[&str] = &["yolo9", "yolox", "resnet", "mobilenetv4"];
+pub const FAMILIES: &[&str] = &["yolo9", "yolox", "resnet", "mobilenetv4", "rtdetr"];

@@ -8,13 +8,15 @@
 //! - `yoloxwarmcos` (LibreYOLO's `WarmupCosineScheduler`): the warm-up is quadratic,
 //!   `(lr0 - start) * (it / W)^2 + start`, with no momentum warm-up; then cosine from `lr0` to
 //!   `lr0 * min_lr_ratio` over `T - W - P` and that minimum for the last `P` iterations
-//!   (`P = plateau_epochs * iters_per_epoch`, the epochs without mosaic).
+//!   (`P = plateau_epochs * iters_per_epoch`, the epochs without mosaic);
+//! - `constant` (LibreYOLO's `ConstantLRScheduler`, RT-DETR's): after the warm-up, `lr0`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Linear,
     Cos,
     YoloxWarmCos { plateau_epochs: usize },
+    Constant,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +44,9 @@ impl Schedule {
             return match self.kind {
                 // YOLOX warms the rate up quadratically and leaves the momentum.
                 Kind::YoloxWarmCos { .. } => ((self.lr0 - start) * (it / w).powi(2) + start, self.momentum),
-                Kind::Linear | Kind::Cos => ((self.lr0 - start) * it / w + start, self.warmup_momentum + (self.momentum - self.warmup_momentum) * it / w),
+                Kind::Linear | Kind::Cos | Kind::Constant => {
+                    ((self.lr0 - start) * it / w + start, self.warmup_momentum + (self.momentum - self.warmup_momentum) * it / w)
+                }
             };
         }
         let cosine = |angle: f64| min_lr + (self.lr0 - min_lr) * 0.5 * (1.0 + angle.cos());
@@ -51,6 +55,7 @@ impl Schedule {
         let lr = match self.kind {
             Kind::Linear => self.lr0 - (self.lr0 - min_lr) * progress,
             Kind::Cos => cosine(pi * progress),
+            Kind::Constant => self.lr0,
             Kind::YoloxWarmCos { plateau_epochs } => {
                 let plateau = (plateau_epochs * self.iters_per_epoch) as f64;
                 if it >= t - plateau { min_lr } else { cosine(pi * (it - w) / (t - w - plateau)) }
@@ -63,6 +68,15 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constant_holds_lr0_after_its_warm_up() {
+        let s = Schedule { kind: Kind::Constant, warmup_epochs: 1.0, warmup_lr_start: 0.0, lr0: 1e-4, ..yolo9(72, 10) };
+        assert_eq!(s.at(5).0, 0.5e-4, "linear warm-up");
+        assert_eq!([s.at(10).0, s.at(11).0, s.at(719).0], [1e-4; 3]);
+        let none = Schedule { warmup_epochs: 0.0, ..s };
+        assert_eq!(none.at(0).0, 1e-4, "no warm-up: lr0 from the first step (RT-DETR's default)");
+    }
 
     fn yolo9(epochs: usize, iters: usize) -> Schedule {
         Schedule {

@@ -197,6 +197,8 @@ pub enum Scheduler {
     /// YOLOX's `yoloxwarmcos`: quadratic warm-up from `warmup_lr_start`, cosine decay to
     /// `lr0 * min_lr_ratio`, then that rate for the last `augment.no_aug_epochs` epochs.
     Yoloxwarmcos,
+    /// Linear warm-up, then `lr0` throughout (LibreYOLO's `ConstantLRScheduler`, RT-DETR's).
+    Constant,
 }
 
 /// `capture.compile` (`compile=`), LibreYOLO's `train(compile=...)`: `false` (the default),

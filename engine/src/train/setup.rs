@@ -102,6 +102,7 @@ fn schedule(loaded: &LoadedManifest, iters_per_epoch: usize) -> Schedule {
             Scheduler::Linear => schedule::Kind::Linear,
             Scheduler::Cos => schedule::Kind::Cos,
             Scheduler::Yoloxwarmcos => schedule::Kind::YoloxWarmCos { plateau_epochs: m.augment.no_aug_epochs as usize },
+            Scheduler::Constant => schedule::Kind::Constant,
         },
         lr0: m.optim.lr0,
         momentum: m.optim.momentum,

@@ -179,6 +179,12 @@ impl RtDetrDecoder {
     /// reference boxes), and their boxes and logits (the encoder's loss terms).
     fn select_queries(&self, memory: Tensor<3>, shapes: &[(usize, usize)], cx: &Ctx) -> (Tensor<3>, Tensor<3>, Tensor<3>, Tensor<3>) {
         let [b, s, c] = memory.dims();
+        // A forward cannot return an error; the message names the fix.
+        assert!(
+            s >= self.queries,
+            "RT-DETR's decoder picks {} queries from the encoder's {s} tokens: the image is too small (imgsz 128 gives 336 tokens)",
+            self.queries
+        );
         let (anchors, valid) = anchors(shapes);
         let device = memory.device();
         let dtype = burn::tensor::FloatDType::from(memory.dtype());
