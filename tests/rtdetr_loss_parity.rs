@@ -27,12 +27,7 @@ fn levels(io: &Fixture, device: &Device) -> ([Tensor<4>; 2], [Tensor<3>; 2], Vec
     let leaf3 = |n: &str| tensor::<3>(io, n, device).autodiff().require_grad();
     let (boxes, logits) = (leaf4("input.boxes"), leaf4("input.logits"));
     let (enc_boxes, enc_logits) = (leaf3("input.enc_boxes"), leaf3("input.enc_logits"));
-    let [l, b, q, nc] = logits.dims();
-    let layer =
-        |i: usize| Level { boxes: boxes.clone().slice_dim(0, i..i + 1).reshape([b, q, 4]), logits: logits.clone().slice_dim(0, i..i + 1).reshape([b, q, nc]) };
-    let mut levels = vec![layer(l - 1)];
-    levels.extend((0..l - 1).map(layer));
-    levels.push(Level { boxes: enc_boxes.clone(), logits: enc_logits.clone() });
+    let levels = Level::in_order(&boxes, &logits, &enc_boxes.clone().unsqueeze::<4>(), &enc_logits.clone().unsqueeze::<4>());
     ([boxes, logits], [enc_boxes, enc_logits], levels)
 }
 

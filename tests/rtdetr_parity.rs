@@ -125,20 +125,8 @@ fn narrow_rtdetr_denoising_step_matches_libreyolo() {
         assert!(err < OUTPUTS, "train_{name}: relative error {err:.2e}");
     }
 
-    let layers = |boxes: &Tensor<4>, logits: &Tensor<4>| -> Vec<Level> {
-        let [l, b, q, nc] = logits.dims();
-        (0..l)
-            .map(|i| Level {
-                boxes: boxes.clone().slice_dim(0, i..i + 1).reshape([b, q, 4]),
-                logits: logits.clone().slice_dim(0, i..i + 1).reshape([b, q, nc]),
-            })
-            .collect()
-    };
-    let mut levels = layers(&maps[0], &maps[1]);
-    levels.rotate_right(1);
-    let [_, b, q, nc] = maps[3].dims();
-    levels.push(Level { boxes: maps[2].clone().reshape([b, q, 4]), logits: maps[3].clone().reshape([b, q, nc]) });
-    let denoising = DenoisingLevels { levels: layers(&maps[4], &maps[5]), groups: dn.groups };
+    let levels = Level::in_order(&maps[0], &maps[1], &maps[2], &maps[3]);
+    let denoising = DenoisingLevels { levels: Level::per_layer(&maps[4], &maps[5]), groups: dn.groups };
     let terms = RtDetrLoss.compute(&levels, Some(&denoising), &targets, None);
     let rel = |got: &Tensor<1>, name: &str| {
         let want = io.get(name).scalar();

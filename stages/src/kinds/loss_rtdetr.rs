@@ -39,30 +39,13 @@ impl Stage for LossRtDetr {
         }
         let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.rtdetr reads (batch, max_labels, 5) targets") };
         let targets = DetrTargets::from_tensor(&targets);
-        // LibreYOLO's order: the last layer, the others, the encoder's queries
-        let mut levels = layers(&maps[0], &maps[1]);
-        levels.rotate_right(1);
-        levels.push(Level { boxes: squeeze(&maps[2]), logits: squeeze(&maps[3]) });
+        let levels = Level::in_order(&maps[0], &maps[1], &maps[2], &maps[3]);
         let denoising = (maps.len() == 6).then(|| {
             let queries = maps[4].dims()[2];
-            DenoisingLevels { levels: layers(&maps[4], &maps[5]), groups: queries / (2 * targets.max_per_image().max(1)) }
+            DenoisingLevels { levels: Level::per_layer(&maps[4], &maps[5]), groups: queries / (2 * targets.max_per_image().max(1)) }
         });
         let terms = RtDetrLoss.compute(&levels, denoising.as_ref(), &targets, self.group.devices());
         io.output(0, Value::Loss(terms.named()));
         Ok(())
     }
-}
-
-/// Every layer's boxes `(L, B, Q, 4)` and logits `(L, B, Q, nc)` as levels, layer by layer.
-fn layers(boxes: &Tensor<4>, logits: &Tensor<4>) -> Vec<Level> {
-    let [l, b, q, nc] = logits.dims();
-    (0..l)
-        .map(|i| Level { boxes: boxes.clone().slice_dim(0, i..i + 1).reshape([b, q, 4]), logits: logits.clone().slice_dim(0, i..i + 1).reshape([b, q, nc]) })
-        .collect()
-}
-
-/// `(1, B, Q, C)` -> `(B, Q, C)`.
-fn squeeze(t: &Tensor<4>) -> Tensor<3> {
-    let [_, b, q, c] = t.dims();
-    t.clone().reshape([b, q, c])
 }

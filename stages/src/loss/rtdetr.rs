@@ -35,6 +35,29 @@ pub struct Level {
     pub logits: Tensor<3>,
 }
 
+impl Level {
+    /// Every decoder layer's boxes `(L, B, Q, 4)` and logits `(L, B, Q, nc)` as levels, layer
+    /// by layer.
+    pub fn per_layer(boxes: &Tensor<4>, logits: &Tensor<4>) -> Vec<Level> {
+        let [l, b, q, nc] = logits.dims();
+        (0..l)
+            .map(|i| Level {
+                boxes: boxes.clone().slice_dim(0, i..i + 1).reshape([b, q, 4]),
+                logits: logits.clone().slice_dim(0, i..i + 1).reshape([b, q, nc]),
+            })
+            .collect()
+    }
+
+    /// A decoder's levels in LibreYOLO's order: the last layer, the others, then the encoder's
+    /// chosen queries (`(1, B, Q, 4)` boxes and `(1, B, Q, nc)` logits).
+    pub fn in_order(boxes: &Tensor<4>, logits: &Tensor<4>, enc_boxes: &Tensor<4>, enc_logits: &Tensor<4>) -> Vec<Level> {
+        let mut levels = Self::per_layer(boxes, logits);
+        levels.rotate_right(1);
+        levels.extend(Self::per_layer(enc_boxes, enc_logits));
+        levels
+    }
+}
+
 /// Per image, the matched `(query, target)` pairs, by query.
 pub type Matches = Vec<Vec<(usize, usize)>>;
 
