@@ -119,6 +119,10 @@ pub struct Ctx {
     /// The batch's labels, `(B, M, 5)` rows `[cls, x1, y1, x2, y2]` normalised, for a head that
     /// conditions on them in training (DETR's denoising queries).
     targets: Option<Tensor<3>>,
+    /// The optimizer step this training forward belongs to, when the engine runs it: a layer
+    /// that draws random numbers per step seeds them from it, so that the eager runs and the
+    /// replay of one step (the capture check) draw the same.
+    step: Option<u64>,
 }
 
 impl Ctx {
@@ -168,7 +172,18 @@ impl Ctx {
             })
             .collect();
         let live = leaves.iter().map(|l| Live(l.0.as_ref().map(|t| dtype.map_or_else(|| t.clone(), |d| t.cast(d))))).collect();
-        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None, targets: None }
+        Self {
+            live,
+            leaves,
+            training,
+            batch_stats: RefCell::new(vec![]),
+            trace: RefCell::new(None),
+            dtype,
+            fused: None,
+            sync_group: None,
+            targets: None,
+            step: None,
+        }
     }
 
     /// This inference context with its parameters and folded convolutions copied to `device`:
@@ -193,6 +208,7 @@ impl Ctx {
             fused,
             sync_group: None,
             targets: None,
+            step: None,
         }
     }
 
@@ -209,6 +225,17 @@ impl Ctx {
     pub fn with_targets(mut self, targets: Tensor<3>) -> Self {
         self.targets = Some(targets);
         self
+    }
+
+    /// This context for optimizer step `step` (see the field).
+    pub fn at_step(mut self, step: u64) -> Self {
+        self.step = Some(step);
+        self
+    }
+
+    /// The optimizer step of this forward, when the engine set it.
+    pub fn step(&self) -> Option<u64> {
+        self.step
     }
 
     /// The batch's labels, when the forward was given them.

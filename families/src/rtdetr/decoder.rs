@@ -8,7 +8,6 @@
 //! 4), logits (1, B, Q, nc)]`; in eval the last layer's boxes and logits only. Boxes are (cx, cy,
 //! w, h) in [0, 1] of the image.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 
 use burn::tensor::activation::sigmoid;
@@ -49,8 +48,10 @@ pub struct RtDetrDecoder {
     queries: usize,
     denoising: usize,
     strides: Vec<usize>,
-    /// The denoising groups' random draws, seeded from the network's build.
-    rng: RefCell<StdRng>,
+    /// The denoising groups' seed (from the network's build), mixed with the step's number: a
+    /// step draws the same groups however often it runs (the capture check runs it eagerly,
+    /// then replays it).
+    seed: u64,
 }
 
 /// The decoder's settings (`args`).
@@ -99,7 +100,7 @@ impl RtDetrDecoder {
             queries: c.queries,
             denoising: c.denoising,
             strides,
-            rng: RefCell::new(StdRng::seed_from_u64(b.seed())),
+            seed: b.seed(),
         }
     }
 
@@ -108,8 +109,9 @@ impl RtDetrDecoder {
     pub fn forward_maps(&self, feats: Vec<Tensor<4>>, cx: &Ctx) -> Vec<Tensor<4>> {
         let denoising = match (cx.training(), cx.targets()) {
             (true, Some(t)) if self.denoising > 0 => {
-                let mut rng = self.rng.borrow_mut();
-                Denoising::build(&DetrTargets::from_tensor(t), self.nc, self.queries, self.denoising, |b, n| Noise::draw(&mut *rng, b, n, self.nc))
+                let step = cx.step().unwrap_or(0);
+                let mut rng = StdRng::seed_from_u64(self.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                Denoising::build(&DetrTargets::from_tensor(t), self.nc, self.queries, self.denoising, |b, n| Noise::draw(&mut rng, b, n, self.nc))
             }
             _ => None,
         };

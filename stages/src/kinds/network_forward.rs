@@ -74,7 +74,7 @@ impl Stage for NetworkForward {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let network = &self.model.network;
         let with_aux = self.model.with_aux;
-        let mut cx = self.context(&self.model.params.borrow());
+        let mut cx = self.context(&self.model.params.borrow()).at_step(io.step.iteration as u64);
         // the labels' port: 1 in the whole forward and in the part after a cut
         if let (Part::Whole | Part::From(_), Some(targets)) = (io.part, io.optional_tensor(1)?) {
             let AnyTensor::R3(t) = targets else { anyhow::bail!("network.forward reads (batch, max_labels, 5) targets") };
