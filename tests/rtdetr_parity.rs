@@ -9,11 +9,11 @@
 //! `loss.rtdetr`'s criterion), every output, every loss term and every parameter's gradient.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_families::Ctx;
 use libreyolo_families::rtdetr::{Denoising, DetrTargets, Noise, RtDetrDecoder};
+use libreyolo_families::{Ctx, ParamId};
 use libreyolo_run::parity::fixture::{Fixture, check_running_stats, fixture_network, keys_and_shapes, network_in, project_dir, read, rel_err};
 use libreyolo_stages::loss::RtDetrLoss;
-use libreyolo_stages::loss::rtdetr::{DenoisingLevels, Level};
+use libreyolo_stages::loss::rtdetr::{DenoisingLevels, DetrTerms, Level};
 
 /// Decoder outputs, relative to the largest value: the deformable attention's bilinear weights
 /// and the top-k choice read float rounding from the whole network; measured ~1e-6.
@@ -83,40 +83,68 @@ fn narrow_rtdetr_outputs_batch_norm_and_gradients_match_libreyolo() {
     assert_eq!(check_running_stats(&io, &params, "after_train", 1e-4), 69 * 3, "running mean, var and count of every BatchNorm");
 }
 
+/// The denoising fixture: the narrow network with its weights, LibreYOLO's labelled images,
+/// and its random draws laid out as denoising groups.
+struct DenoisingStep {
+    io: Fixture,
+    network: libreyolo_families::Network,
+    params: libreyolo_families::ParamStore,
+    images: Tensor<4>,
+    targets: DetrTargets,
+    dn: Denoising,
+}
+
+impl DenoisingStep {
+    fn open() -> Self {
+        let dir = project_dir();
+        let io = Fixture::open(&dir.join("rtdetr_narrow_dn_io.safetensors")).unwrap();
+        let device = Device::flex();
+        let (network, mut params) = network_in(&dir, "rtdetr_narrow", 5, &device).unwrap();
+        libreyolo_families::weights::load_safetensors(&mut params, &dir.join("rtdetr_narrow.safetensors"), false).unwrap();
+        let pixels = io.get("images_u8");
+        let d = &pixels.shape;
+        let images = Tensor::<4>::from_data(TensorData::new(pixels.to_f32(), [d[0], d[1], d[2], d[3]]), &device).div_scalar(255.0);
+        let rows = io.get("targets");
+        let targets = DetrTargets::from_rows(&rows.to_f32(), rows.shape[0]);
+        let noise = Noise {
+            flip: io.get("noise.flip").to_f32(),
+            label: io.get("noise.label").to_f32().iter().map(|&v| v as usize).collect(),
+            sign: io.get("noise.sign").to_f32(),
+            part: io.get("noise.part").to_f32(),
+        };
+        let dn = Denoising::build(&targets, 5, 40, 100, |b, n| {
+            assert_eq!(noise.flip.len(), b * n, "the fixture's draws are for {n} queries an image");
+            noise.clone()
+        })
+        .expect("boxes, so denoising groups");
+        assert_eq!((dn.groups, dn.queries, dn.slots), (20, 200, 200), "100 // 5 boxes = 20 groups of 2 x 5 queries, no padding");
+        Self { io, network, params, images, targets, dn }
+    }
+
+    /// The step's maps, loss terms and gradients under the denoising queries `dn`.
+    fn run(&self, dn: &Denoising) -> (Vec<Tensor<4>>, DetrTerms, Vec<(ParamId, Tensor<1>)>) {
+        let cx = Ctx::train(&self.params);
+        let seam = self.network.layer_index("encoder.pan_blocks.1").unwrap();
+        let feats = self.network.forward_until(seam, self.images.clone(), &cx, false);
+        let head = self.network.head_layer().as_any().downcast_ref::<RtDetrDecoder>().expect("an RT-DETR head");
+        let maps = head.forward_denoised(feats, &cx, Some(dn));
+        let levels = Level::in_order(&maps[0], &maps[1], &maps[2], &maps[3]);
+        let denoising = DenoisingLevels { levels: Level::per_layer(&maps[4], &maps[5]), groups: dn.groups };
+        let terms = RtDetrLoss.compute(&levels, Some(&denoising), &self.targets, None);
+        let grads = cx.gradients(&terms.total.backward());
+        (maps, terms, grads)
+    }
+}
+
 /// One training step's forward and loss with denoising groups, against LibreYOLO's
 /// `model(x, targets)` and `RTDETRLoss` on the same draws; the gradients against the same step
 /// in float64, since LibreYOLO's own float32 gradients of it are up to 2% from those (the
 /// fixture records how far).
 #[test]
 fn narrow_rtdetr_denoising_step_matches_libreyolo() {
-    let dir = project_dir();
-    let io = Fixture::open(&dir.join("rtdetr_narrow_dn_io.safetensors")).unwrap();
-    let device = Device::flex();
-    let (network, mut params) = network_in(&dir, "rtdetr_narrow", 5, &device).unwrap();
-    libreyolo_families::weights::load_safetensors(&mut params, &dir.join("rtdetr_narrow.safetensors"), false).unwrap();
-    let pixels = io.get("images_u8");
-    let d = &pixels.shape;
-    let images = Tensor::<4>::from_data(TensorData::new(pixels.to_f32(), [d[0], d[1], d[2], d[3]]), &device).div_scalar(255.0);
-    let rows = io.get("targets");
-    let targets = DetrTargets::from_rows(&rows.to_f32(), rows.shape[0]);
-    let noise = Noise {
-        flip: io.get("noise.flip").to_f32(),
-        label: io.get("noise.label").to_f32().iter().map(|&v| v as usize).collect(),
-        sign: io.get("noise.sign").to_f32(),
-        part: io.get("noise.part").to_f32(),
-    };
-    let dn = Denoising::build(&targets, 5, 40, 100, |b, n| {
-        assert_eq!(noise.flip.len(), b * n, "the fixture's draws are for {n} queries an image");
-        noise.clone()
-    })
-    .expect("boxes, so denoising groups");
-    assert_eq!((dn.groups, dn.queries), (20, 200), "100 // 5 boxes = 20 groups of 2 x 5 queries");
-
-    let cx = Ctx::train(&params);
-    let seam = network.layer_index("encoder.pan_blocks.1").unwrap();
-    let feats = network.forward_until(seam, images, &cx, false);
-    let head = network.head_layer().as_any().downcast_ref::<RtDetrDecoder>().expect("an RT-DETR head");
-    let maps = head.forward_denoised(feats, &cx, Some(&dn));
+    let step = DenoisingStep::open();
+    let io = &step.io;
+    let (maps, terms, grads) = step.run(&step.dn);
     let names = ["boxes", "logits", "enc_boxes", "enc_logits", "dn_boxes", "dn_logits"];
     assert_eq!(maps.len(), names.len());
     for (map, name) in maps.iter().zip(names) {
@@ -124,10 +152,6 @@ fn narrow_rtdetr_denoising_step_matches_libreyolo() {
         eprintln!("train_{name}: {:?} relative error {err:.2e}", map.dims());
         assert!(err < OUTPUTS, "train_{name}: relative error {err:.2e}");
     }
-
-    let levels = Level::in_order(&maps[0], &maps[1], &maps[2], &maps[3]);
-    let denoising = DenoisingLevels { levels: Level::per_layer(&maps[4], &maps[5]), groups: dn.groups };
-    let terms = RtDetrLoss.compute(&levels, Some(&denoising), &targets, None);
     let rel = |got: &Tensor<1>, name: &str| {
         let want = io.get(name).scalar();
         (read(got).1[0] as f64 - want).abs() / want.abs()
@@ -150,10 +174,33 @@ fn narrow_rtdetr_denoising_step_matches_libreyolo() {
         eprintln!("{name}: relative error {err:.2e}");
         assert!(err < 1e-4, "{name}: relative error {err:.2e}");
     }
-    let grads = libreyolo_run::parity::classifier::gradients(&io, &params, &cx.gradients(&terms.total.backward())).unwrap();
+    let grads = libreyolo_run::parity::classifier::gradients(io, &step.params, &grads).unwrap();
     assert_eq!(grads.len(), 326, "every parameter's gradient, the denoising class embedding's too");
     let worst = grads.iter().cloned().fold((String::new(), 0.0), |m, g| if g.1 > m.1 { g } else { m });
     let theirs = io.get("libreyolo_f32_grad_err").scalar();
     eprintln!("worst gradient: {} {:.2e} (LibreYOLO's float32 step: {theirs:.2e})", worst.0, worst.1);
     assert!(worst.1 < GRADS, "d loss / d {}: error {:.2e} (tolerance {GRADS:.0e})", worst.0, worst.1);
+}
+
+/// The same step with its denoising queries in more slots than it has queries (the padding that
+/// gives every batch one shape): the same outputs, loss and gradients, to float rounding.
+#[test]
+fn padded_denoising_slots_leave_the_step_unchanged() {
+    let step = DenoisingStep::open();
+    let (maps, terms, grads) = step.run(&step.dn);
+    let padded = step.dn.clone().with_slots(step.dn.queries + 56, 40);
+    let (padded_maps, padded_terms, padded_grads) = step.run(&padded);
+    for (i, (a, b)) in maps.iter().zip(&padded_maps).enumerate() {
+        assert_eq!(a.dims(), b.dims(), "map {i}: the padding is not an output");
+        let err = rel_err(b, &read(a).1);
+        assert!(err < 1e-5, "map {i}: relative error {err:.2e} with padding");
+    }
+    let (a, b) = (read(&terms.total).1[0], read(&padded_terms.total).1[0]);
+    assert!(((a - b) / a).abs() < 1e-5, "loss {a} unpadded, {b} padded");
+    assert_eq!(grads.len(), padded_grads.len());
+    let largest = grads.iter().map(|(_, g)| read(g).1.iter().fold(0f32, |m, v| m.max(v.abs()))).fold(0f32, f32::max);
+    for ((id, g), (_, p)) in grads.iter().zip(&padded_grads) {
+        let diff = read(g).1.iter().zip(read(p).1).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(diff <= 1e-4 * largest, "parameter {id:?}: gradients differ by {diff:.2e} of {largest:.2e} with padding");
+    }
 }

@@ -146,8 +146,8 @@ impl RtDetrDecoder {
         let (boxes, logits) = self.decode_queries(target, reference, &memory, cx);
         let stack =
             |v: &[Tensor<3>], range: std::ops::Range<usize>| Tensor::cat(v.iter().map(|t| t.clone().slice_dim(1, range.clone()).unsqueeze::<4>()).collect(), 0);
-        let n = denoising.map_or(0, |d| d.queries);
-        let all = n..n + self.queries;
+        let (n, slots) = denoising.map_or((0, 0), |d| (d.queries, d.slots));
+        let all = slots..slots + self.queries;
         let mut maps = vec![stack(&boxes, all.clone()), stack(&logits, all)];
         if cx.training() {
             maps.extend([enc_boxes.unsqueeze::<4>(), enc_logits.unsqueeze::<4>()]);
@@ -158,11 +158,11 @@ impl RtDetrDecoder {
         maps
     }
 
-    /// The denoising queries' content (their classes' embeddings, `(B, N, C)`), and their
-    /// boxes before the sigmoid `(B, N, 4)` and the attention mask `(T, T)`.
+    /// The denoising slots' content (their classes' embeddings, `(B, N, C)`), and their boxes
+    /// before the sigmoid `(B, N, 4)` and the attention mask `(T, T)`.
     fn denoising_queries(&self, dn: &Denoising, reference: &Tensor<3>, cx: &Ctx) -> (Tensor<3>, Tensor<3>, Tensor<2, Bool>) {
         let [b, _, _] = reference.dims();
-        let (n, device) = (dn.queries, reference.device());
+        let (n, device) = (dn.slots, reference.device());
         let table = cx.rank2(self.denoising_class_embed.expect("denoising groups need the class embedding"));
         let c = table.dims()[1];
         // `nn.Embedding(padding_idx=nc)`: the padding row is read but never trained

@@ -4,7 +4,11 @@
 //! size, to be restored) and once as a negative (noise between one and two halves, to be
 //! rejected), labels flipped at random — seen by no other group and by no matching query.
 //! The number of groups follows the batch's largest box count, so the query count changes
-//! from batch to batch; built on the host.
+//! from batch to batch; built on the host. The queries are laid into a fixed number of slots
+//! (`2 x num_denoising`, LibreYOLO's most): the slots past the batch's queries are padding that
+//! no query sees and that sees only itself, so every batch has the decoder's shapes of the first
+//! and its kernels are compiled once (on the GPU a new shape compiles new matmul kernels, seconds
+//! each) while the real queries' outputs are those of the unpadded decoder.
 
 use rand::Rng;
 
@@ -46,12 +50,17 @@ pub struct Denoising {
     pub classes: Vec<i64>,
     /// Per image and query, the noised box before the sigmoid.
     pub boxes: Vec<f32>,
-    /// `(T, T)`, `T` = denoising + matching queries: true where a query may not attend.
+    /// `(T, T)`, `T` = slots + matching queries: true where a query may not attend.
     pub mask: Vec<bool>,
     /// Denoising queries an image: `2 * max_gt * groups`.
     pub queries: usize,
+    /// Slots an image (`queries` of them real, the rest padding): the decoder's query count
+    /// before its matching queries.
+    pub slots: usize,
     pub groups: usize,
     pub max_gt: usize,
+    /// The padding's class (`nc`, the embedding's untrained row).
+    pub padding: i64,
 }
 
 impl Denoising {
@@ -65,6 +74,8 @@ impl Denoising {
         }
         let groups = (num_denoising / max_gt).max(1);
         let n = 2 * max_gt * groups;
+        // at most 2 x num_denoising unless an image has more boxes than num_denoising
+        let slots = n.div_ceil(2 * num_denoising) * 2 * num_denoising;
         let b = targets.labels.len();
         let noise = noise(b, n);
         let (mut classes, mut boxes) = (Vec::with_capacity(b * n), Vec::with_capacity(b * n * 4));
@@ -82,7 +93,25 @@ impl Denoising {
                 boxes.extend(noised(truth[j], negative, &noise.sign[q * 4..q * 4 + 4], &noise.part[q * 4..q * 4 + 4]));
             }
         }
-        Some(Self { classes, boxes, mask: mask(n, queries, max_gt, groups), queries: n, groups, max_gt })
+        let unpadded = Self { classes, boxes, mask: vec![], queries: n, slots: n, groups, max_gt, padding: nc as i64 };
+        Some(unpadded.with_slots(slots, queries))
+    }
+
+    /// The same queries in `slots` slots an image (at least `queries`), before `matching`
+    /// matching queries: the padding embeds the padding class at the padding box.
+    pub fn with_slots(mut self, slots: usize, matching: usize) -> Self {
+        assert!(slots >= self.queries, "{slots} slots cannot hold {} denoising queries", self.queries);
+        let (n, pad) = (self.slots, slots - self.queries);
+        let (mut classes, mut boxes) = (vec![], vec![]);
+        for (c, b) in self.classes.chunks(n).zip(self.boxes.chunks(n * 4)) {
+            classes.extend(&c[..self.queries]);
+            boxes.extend(&b[..self.queries * 4]);
+            classes.extend(std::iter::repeat_n(self.padding, pad));
+            boxes.extend(std::iter::repeat_n(inverse_sigmoid(0.0), pad * 4));
+        }
+        (self.classes, self.boxes, self.slots) = (classes, boxes, slots);
+        self.mask = mask(self.queries, slots, matching, self.max_gt, self.groups);
+        self
     }
 }
 
@@ -112,17 +141,21 @@ fn inverse_sigmoid(x: f32) -> f32 {
     (x.max(1e-5) / (1.0 - x).max(1e-5)).ln()
 }
 
-/// LibreYOLO's attention mask: the matching queries see no denoising query, and each group sees
-/// only itself (the loops of its code, kept as they are for a single group too).
-fn mask(n: usize, queries: usize, max_gt: usize, groups: usize) -> Vec<bool> {
-    let t = n + queries;
+/// LibreYOLO's attention mask for `n` denoising queries in `slots` slots before `queries`
+/// matching queries: the matching queries see no denoising query, and each group sees only
+/// itself (the loops of its code, kept as they are for a single group too); a padding slot is
+/// seen by none and sees only itself (a row with nothing to see would be NaN).
+fn mask(n: usize, slots: usize, queries: usize, max_gt: usize, groups: usize) -> Vec<bool> {
+    let t = slots + queries;
     let mut m = vec![false; t * t];
     let mut set = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         for r in rows {
             m[r * t + cols.start..r * t + cols.end.max(cols.start)].fill(true);
         }
     };
-    set(n..t, 0..n);
+    set(slots..t, 0..slots);
+    set(0..n, n..slots);
+    set(n..slots, 0..t);
     let g = 2 * max_gt;
     for i in 0..groups {
         let rows = g * i..g * (i + 1);
@@ -136,5 +169,33 @@ fn mask(n: usize, queries: usize, max_gt: usize, groups: usize) -> Vec<bool> {
             set(rows, 0..g * i);
         }
     }
+    for p in n..slots {
+        m[p * t + p] = false;
+    }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two groups of one box (2 queries each) in 6 slots before 2 matching queries.
+    #[test]
+    fn padding_slots_are_seen_by_none_and_see_only_themselves() {
+        let (n, slots, queries) = (4, 6, 2);
+        let t = slots + queries;
+        let m = mask(n, slots, queries, 1, 2);
+        let sees = |r: usize, c: usize| !m[r * t + c];
+        for r in 0..t {
+            for c in n..slots {
+                assert_eq!(sees(r, c), r == c, "row {r}, padding column {c}");
+            }
+        }
+        for p in n..slots {
+            assert!((0..t).all(|c| sees(p, c) == (c == p)), "padding row {p} sees itself alone");
+        }
+        assert!(sees(0, 1) && !sees(0, 2), "a group sees itself, not the next");
+        assert!(sees(6, 7) && !sees(6, 0), "matching queries see each other, no denoising query");
+        assert_eq!(mask(n, n, queries, 1, 2).len(), (n + queries) * (n + queries));
+    }
 }
