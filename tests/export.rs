@@ -66,7 +66,8 @@ fn ours(network: &Network, params: &ParamStore, images: &Tensor<4>) -> (Vec<usiz
         let (shape, v) = fixture::read(&maps[0].clone().reshape([b, nc]));
         return (shape, v);
     }
-    fixture::read(&network.head().eval(&maps).cast(FloatDType::F32))
+    let [_, _, h, w] = images.dims();
+    fixture::read(&network.head().eval(&maps, [h, w]).cast(FloatDType::F32))
 }
 
 fn export_to(dir: &Path, name: &str, network: &Network, params: &ParamStore, family: &str, o: &ExportOptions) -> PathBuf {

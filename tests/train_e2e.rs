@@ -223,4 +223,9 @@ fn rtdetr_trains_from_its_manifest() {
     assert!(rows.iter().all(|r| r[3..6].iter().all(|v| v.is_finite() && *v > 0.0)), "{steps}");
     assert!(rows.iter().all(|r| r[6] == 1e-4), "the constant schedule: {steps}");
     assert!(run.join("weights/last.safetensors").exists());
+    // Validation ran (the decoder's top-k postprocess) and gave the 12 COCO numbers.
+    let results = csv_rows(&run);
+    assert_eq!(results.len(), 1, "one epoch, validated");
+    let coco: Vec<f64> = results[0][results[0].len() - 12..].iter().map(|v| v.parse().unwrap()).collect();
+    assert!(coco.iter().all(|v| (0.0..=1.0).contains(v)), "COCO stats in [0, 1]: {coco:?}");
 }

@@ -77,12 +77,12 @@ pub trait Head {
     fn as_classifier(&self) -> Option<&dyn Classifier> {
         None
     }
-    /// What validation and the eval graphs read of the raw maps, in f32, as one `(B, R, A)`
-    /// tensor: a detector's decode `(B, 4 + nc, A)`; a classifier's class probabilities
-    /// `(B, nc, 1)`.
-    fn eval(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+    /// What validation and the eval graphs read of the raw maps of an `image = [height,
+    /// width]` input, in f32, as one `(B, R, A)` tensor: a detector's decode `(B, 4 + nc, A)`;
+    /// a classifier's class probabilities `(B, nc, 1)`.
+    fn eval(&self, maps: &[Tensor<4>], image: [usize; 2]) -> Tensor<3> {
         if let Some(d) = self.as_detector() {
-            return d.decode(maps);
+            return d.decode(maps, image);
         }
         let c = self.as_classifier().expect("a head is a detector or a classifier");
         let p = c.probabilities(maps);
@@ -106,9 +106,11 @@ pub trait Detector: Head {
     fn labels(&self) -> Labels {
         Labels::Multi
     }
-    /// Detections of the raw maps, in f32 whatever the maps' dtype: `(B, 4 + nc, A)`, xyxy
-    /// pixels then one score per class, anchors scale by scale, row-major.
-    fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3>;
+    /// Detections of the raw maps of an `image = [height, width]` input, in f32 whatever the
+    /// maps' dtype: `(B, 4 + nc, A)`, xyxy pixels then one score per class, anchors (or
+    /// queries) in the head's order. A grid head knows its pixels from its maps' strides; a
+    /// query head (RT-DETR) boxes relative to the image and scales by `image`.
+    fn decode(&self, maps: &[Tensor<4>], image: [usize; 2]) -> Tensor<3>;
 }
 
 /// Which (anchor, class) pairs a detector's postprocess keeps as candidates.
@@ -118,6 +120,9 @@ pub enum Labels {
     Multi,
     /// The best class of each anchor (LibreYOLO's YOLOX postprocess: `max(obj x cls)`).
     Best,
+    /// The best `max_det` (query, class) pairs of all, without NMS (LibreYOLO's DETR
+    /// postprocess, RT-DETR's); validation takes them at any confidence, as LibreYOLO does.
+    TopK,
 }
 
 /// A kind of block a topology can name.

@@ -54,7 +54,8 @@ pub fn fused_eval_forward<'a>(network: &'a Network, params: &'a ParamStore, comp
 /// `network`'s forward in `cx` (which casts the images to its compute dtype), as its head's
 /// eval output ([`Head::eval`](libreyolo_families::block::Head::eval)), in f32.
 fn decoded(network: &Network, cx: &Ctx, x: Tensor<4>) -> Tensor<3> {
-    network.head().eval(&network.forward(x, cx, false).main).cast(FloatDType::F32)
+    let [_, _, h, w] = x.dims();
+    network.head().eval(&network.forward(x, cx, false).main, [h, w]).cast(FloatDType::F32)
 }
 
 impl Forward<'_> {

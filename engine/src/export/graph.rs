@@ -26,7 +26,7 @@ pub fn record(network: &Network, params: &ParamStore, dims: [usize; 4], dtype: O
             let cx = cx.copied_to(&device);
             let images = Tensor::<4>::from_data(TensorData::zeros::<f32, _>(dims).convert_dtype(dtype), (&device, dtype));
             let input = id(&images);
-            let out = output(network, &network.forward(images, &cx, false).main);
+            let out = output(network, &network.forward(images, &cx, false).main, [dims[2], dims[3]]);
             scope.complete([input], [out])
         })
         .map_err(|e| anyhow::anyhow!("{e}"))
@@ -36,13 +36,13 @@ pub fn record(network: &Network, params: &ParamStore, dims: [usize; 4], dtype: O
 /// What an exported model gives, in f32, as LibreYOLO's exports do: a detector's decode
 /// `(B, 4 + nc, anchors)` (xyxy pixels, then class scores), a classifier's logits `(B, nc)`.
 /// Returns the output's id on the capture device.
-fn output(network: &Network, maps: &[Tensor<4>]) -> TensorId {
+fn output(network: &Network, maps: &[Tensor<4>], image: [usize; 2]) -> TensorId {
     let head = network.head();
     if head.as_classifier().is_some() {
         let [b, nc, _, _] = maps[0].dims();
         return id(&maps[0].clone().cast(FloatDType::F32).reshape([b, nc]));
     }
-    id(&head.eval(maps).cast(FloatDType::F32))
+    id(&head.eval(maps, image).cast(FloatDType::F32))
 }
 
 /// The capture backend's id of `t`, a tensor on a capture device.

@@ -101,6 +101,9 @@ pub fn export(network: &Network, params: &ParamStore, info: &ModelInfo, options:
         if network.head().as_detector().is_none() {
             anyhow::bail!("nms=true applies to detectors; a {} model's output is class logits", info.task);
         }
+        if network.detector("nms=true")?.labels() == libreyolo_families::block::Labels::TopK {
+            anyhow::bail!("nms=true: a {} model needs no NMS (its postprocess is a top-k over its queries); export it without `nms`", info.family);
+        }
         if options.dynamic || options.batch != 1 {
             anyhow::bail!("embedded NMS needs a fixed batch of 1 (dynamic=false batch=1), as LibreYOLO's");
         }

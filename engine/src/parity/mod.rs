@@ -161,7 +161,8 @@ fn network_parity(io: &Fixture, network: &Network, params: &ParamStore, device: 
         eval_maps = eval_maps.max(m);
         eval_sums = eval_sums.max(s);
     }
-    let (dims, pred) = read(&network.detector("parity").expect("checked in `run`").decode(&maps));
+    let [_, _, h, w] = images.dims();
+    let (dims, pred) = read(&network.detector("parity").expect("checked in `run`").decode(&maps, [h, w]));
     let picked = select_rows(&pred, dims[1] * dims[2], &indices(io, "eval_pred_index"));
     let (mut boxes, mut scores) = (0f64, 0f64);
     for (k, (x, y)) in picked.iter().zip(io.get("eval_pred").to_f32()).enumerate() {

@@ -118,6 +118,8 @@ pub fn validate(
 ) -> anyhow::Result<([f64; 12], Vec<Detection>)> {
     let ds: &Arc<Dataset> = loader.dataset();
     let cfg = loader.config();
+    // LibreYOLO scores a query head's detections at any confidence (`COCO_TOPK_FAMILIES`)
+    let nms_cfg = &if head.labels() == nms::Labels::TopK { NmsConfig { conf: 0.0, ..*nms_cfg } } else { *nms_cfg };
     let mut dets: Vec<Detection> = vec![];
     for batch in loader.epoch(0).iter() {
         let indices = batch.indices.clone();

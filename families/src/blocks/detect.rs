@@ -164,7 +164,7 @@ impl crate::block::Detector for DDetect {
     fn strides(&self) -> &[usize] {
         &self.strides
     }
-    fn decode(&self, maps: &[Tensor<4>]) -> Tensor<3> {
+    fn decode(&self, maps: &[Tensor<4>], _image: [usize; 2]) -> Tensor<3> {
         DDetect::decode(self, maps)
     }
 }

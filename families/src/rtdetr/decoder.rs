@@ -19,7 +19,7 @@ use super::conv_norm::{Act, ConvNorm};
 use super::decoder_layer::{DecoderLayer, Memory};
 use super::denoising::{Denoising, Noise};
 use super::targets::DetrTargets;
-use crate::block::{BlockKind, Head, Layer, Out};
+use crate::block::{BlockKind, Detector, Head, Labels, Layer, Out};
 use crate::blocks::ConvShape;
 use crate::ctx::Ctx;
 use crate::params::{Builder, Init, ParamId};
@@ -233,10 +233,6 @@ impl RtDetrDecoder {
         }
         (boxes, logits)
     }
-
-    pub fn strides(&self) -> &[usize] {
-        &self.strides
-    }
 }
 
 /// RT-DETR's anchors for maps of `shapes`, as `_generate_anchors` makes them: per cell (row-major,
@@ -273,6 +269,38 @@ impl Layer for RtDetrDecoder {
 impl Head for RtDetrDecoder {
     fn nc(&self) -> usize {
         self.nc
+    }
+    fn as_detector(&self) -> Option<&dyn Detector> {
+        Some(self)
+    }
+}
+
+impl Detector for RtDetrDecoder {
+    fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    fn labels(&self) -> Labels {
+        Labels::TopK
+    }
+    /// The last decoder layer's queries: their (cx, cy, w, h) of the image as xyxy pixels, then
+    /// the sigmoid of each class's logit (LibreYOLO's `postprocess`, before its top-k).
+    fn decode(&self, maps: &[Tensor<4>], [height, width]: [usize; 2]) -> Tensor<3> {
+        let last = |m: &Tensor<4>| {
+            let [l, b, q, c] = m.dims();
+            m.clone().cast(burn::tensor::FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
+        };
+        let (boxes, logits) = (last(&maps[0]), last(&maps[1]));
+        let part = |i: usize| boxes.clone().narrow(2, i, 1);
+        let (half_w, half_h) = (part(2).div_scalar(2.0), part(3).div_scalar(2.0));
+        let (w, h) = (width as f64, height as f64);
+        let xyxy = vec![
+            part(0).sub(half_w.clone()).mul_scalar(w),
+            part(1).sub(half_h.clone()).mul_scalar(h),
+            part(0).add(half_w).mul_scalar(w),
+            part(1).add(half_h).mul_scalar(h),
+            sigmoid(logits),
+        ];
+        Tensor::cat(xyxy, 2).swap_dims(1, 2)
     }
 }
 

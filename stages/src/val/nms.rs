@@ -2,7 +2,9 @@
 //! class) with score above `conf` is a candidate (`Labels::Multi`, YOLOv9), or each anchor's best
 //! class alone (`Labels::Best`, YOLOX); for multi-label candidates the best
 //! `max_candidates` are kept; boxes are mapped back through the letterbox and clipped;
-//! class-aware NMS at `iou`; the best `max_det` remain.
+//! class-aware NMS at `iou`; the best `max_det` remain. A query head (`Labels::TopK`, RT-DETR)
+//! keeps the best `max_det` (query, class) pairs above `conf`, its boxes mapped back unclipped,
+//! and no NMS.
 
 pub use libreyolo_families::block::Labels;
 
@@ -26,6 +28,13 @@ pub struct NmsConfig {
 /// boxes xyxy in letterboxed pixels; `ratio` maps them back to a `(width, height)` image.
 pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, ratio: f32, (width, height): (u32, u32), cfg: &NmsConfig) -> Vec<Det> {
     let mut candidates = candidates(pred, nc, labels, a, cfg.conf);
+    let xyxy = |i: usize| [pred[i], pred[a + i], pred[2 * a + i], pred[3 * a + i]].map(|v| v / ratio);
+    if labels == Labels::TopK {
+        // `torch.topk` over the flattened (query, class) scores: ties go to the lower index
+        candidates.sort_by(|x, y| y.0.total_cmp(&x.0).then((x.1, x.2).cmp(&(y.1, y.2))));
+        candidates.truncate(cfg.max_det);
+        return candidates.into_iter().map(|(score, i, class)| Det { xyxy: xyxy(i), score, class }).collect();
+    }
     candidates.sort_by(|x, y| y.0.total_cmp(&x.0));
     if labels == Labels::Multi {
         // LibreYOLO's YOLOX postprocess keeps every anchor above `conf` (at most one each).
@@ -35,9 +44,8 @@ pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, ratio: f32, (wi
     let mut dets: Vec<Det> = candidates
         .into_iter()
         .map(|(score, i, class)| {
-            let b = [pred[i], pred[a + i], pred[2 * a + i], pred[3 * a + i]];
-            let xyxy = [(b[0] / ratio).clamp(0.0, w), (b[1] / ratio).clamp(0.0, h), (b[2] / ratio).clamp(0.0, w), (b[3] / ratio).clamp(0.0, h)];
-            Det { xyxy, score, class }
+            let [x1, y1, x2, y2] = xyxy(i);
+            Det { xyxy: [x1.clamp(0.0, w), y1.clamp(0.0, h), x2.clamp(0.0, w), y2.clamp(0.0, h)], score, class }
         })
         .filter(|d| d.xyxy[2] > d.xyxy[0] && d.xyxy[3] > d.xyxy[1])
         .collect();
@@ -51,7 +59,7 @@ pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, ratio: f32, (wi
 fn candidates(pred: &[f32], nc: usize, labels: Labels, a: usize, conf: f32) -> Vec<(f32, usize, usize)> {
     let score = |c: usize, i: usize| pred[(4 + c) * a + i];
     match labels {
-        Labels::Multi => (0..nc).flat_map(|c| (0..a).map(move |i| (score(c, i), i, c))).filter(|p| p.0 > conf).collect(),
+        Labels::Multi | Labels::TopK => (0..nc).flat_map(|c| (0..a).map(move |i| (score(c, i), i, c))).filter(|p| p.0 > conf).collect(),
         Labels::Best => (0..a)
             .filter_map(|i| {
                 let (c, s) = (0..nc).map(|c| (c, score(c, i))).fold((0, f32::NEG_INFINITY), |best, x| if x.1 > best.1 { x } else { best });
@@ -114,5 +122,28 @@ mod tests {
         let best = detect(&pred, 2, Labels::Best, 2, 0.5, (100, 100), &cfg);
         let got: Vec<(usize, f32)> = best.iter().map(|d| (d.class, d.score)).collect();
         assert_eq!(got, vec![(0, 0.5)]);
+    }
+
+    #[test]
+    fn a_query_head_keeps_its_best_pairs_unclipped_without_nms() {
+        // Three queries, two classes; queries 0 and 1 overlap fully (NMS would drop one) and
+        // query 2 leaves the image.
+        let pred = [
+            10.0, 10.0, 80.0, // x1
+            10.0, 10.0, 80.0, // y1
+            50.0, 50.0, 240.0, // x2
+            50.0, 50.0, 240.0, // y2
+            0.9, 0.8, 0.3, // class 0
+            0.2, 0.8, 0.0005, // class 1
+        ];
+        let cfg = NmsConfig { conf: 0.001, iou: 0.65, max_det: 4, max_candidates: 30000 };
+        let dets = detect(&pred, 2, Labels::TopK, 3, 0.5, (100, 100), &cfg);
+        let got: Vec<(usize, usize, f32)> = dets.iter().map(|d| ((d.xyxy[0] as usize), d.class, d.score)).collect();
+        // 0.8 twice: query 1's class 0 before its class 1 (torch.topk's flat order); query 2's
+        // class 1 is under `conf`, and `max_det` cuts the rest
+        assert_eq!(got, vec![(20, 0, 0.9), (20, 0, 0.8), (20, 1, 0.8), (160, 0, 0.3)]);
+        assert_eq!(dets[3].xyxy, [160.0, 160.0, 480.0, 480.0], "unclipped, as LibreYOLO leaves a query's box");
+        let fewer = detect(&pred, 2, Labels::TopK, 3, 0.5, (100, 100), &NmsConfig { max_det: 2, ..cfg });
+        assert_eq!(fewer.len(), 2);
     }
 }
