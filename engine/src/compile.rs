@@ -5,7 +5,7 @@
 //! chains always fused (burn-fusion). What torch.compile's modes trade — compile time against
 //! kernel quality, CUDA graphs or not — maps onto the three knobs this engine does have:
 //!
-//! | `compile=` | convolution kernels (`BURN_CONV_KERNELS`) | fusion search (blocks) | CUDA graphs |
+//! | `compile=` | convolution and matmul kernels (`BURN_CONV_KERNELS`, `BURN_MATMUL_KERNELS`) | fusion search (blocks) | CUDA graphs |
 //! |---|---|---|---|
 //! | `false` (default) | `fixed`: each direction's measured preference, nothing benchmarked | 2 | as `cuda_graph` |
 //! | `true` = `default` | `fixed` | 5 (burn's own width: more fusions tried, longer warm-up) | as `cuda_graph` |
@@ -26,6 +26,8 @@ use crate::manifest::{CaptureSettings, CompileMode};
 pub struct KernelSettings {
     /// `BURN_CONV_KERNELS` (vendor/README.md).
     pub conv_kernels: &'static str,
+    /// `BURN_MATMUL_KERNELS` (vendor/README.md): `fixed` or `all`.
+    pub matmul_kernels: &'static str,
     /// burn-fusion's search width ([`crate::fusion_search`]).
     pub fusion_blocks: usize,
     /// The mode captures the step whatever `cuda_graph` says (torch.compile's `triton.cudagraphs`).
@@ -41,7 +43,9 @@ pub fn settings(mode: CompileMode) -> Option<KernelSettings> {
         CompileMode::MaxAutotune => ("all", true),
         CompileMode::MaxAutotuneNoCudagraphs => ("all", false),
     };
-    Some(KernelSettings { conv_kernels, fusion_blocks: UPSTREAM_FUSION_BLOCKS, graphs })
+    // the matmuls benchmark their candidates exactly when the convolutions do
+    let matmul_kernels = if conv_kernels == "all" { "all" } else { "fixed" };
+    Some(KernelSettings { conv_kernels, matmul_kernels, fusion_blocks: UPSTREAM_FUSION_BLOCKS, graphs })
 }
 
 /// burn-fusion's own search width, which this engine narrows to 2 by default.
@@ -76,8 +80,9 @@ pub fn describe(mode: CompileMode, backend: Backend, world: usize) -> Option<Str
     Some(match refused(backend, world) {
         Some(why) => format!("compile={mode} ignored ({why})"),
         None => format!(
-            "compile={mode}: convolution kernels {}, fusion search {} blocks{}",
+            "compile={mode}: convolution kernels {}, matmul kernels {}, fusion search {} blocks{}",
             kept(crate::kernel_cache::CONV_KERNELS_ENV, s.conv_kernels),
+            kept(crate::kernel_cache::MATMUL_KERNELS_ENV, s.matmul_kernels),
             kept(crate::fusion_search::ENV, &s.fusion_blocks.to_string()),
             if s.graphs { ", CUDA graphs on" } else { "" }
         ),
@@ -101,7 +106,12 @@ pub fn apply(mode: CompileMode, backend: Backend, world: usize) {
         tracing::warn!("{line}; training runs with the default kernels.");
         return;
     }
-    for (var, value) in [(crate::kernel_cache::CONV_KERNELS_ENV, s.conv_kernels.to_string()), (crate::fusion_search::ENV, s.fusion_blocks.to_string())] {
+    let knobs = [
+        (crate::kernel_cache::CONV_KERNELS_ENV, s.conv_kernels.to_string()),
+        (crate::kernel_cache::MATMUL_KERNELS_ENV, s.matmul_kernels.to_string()),
+        (crate::fusion_search::ENV, s.fusion_blocks.to_string()),
+    ];
+    for (var, value) in knobs {
         if std::env::var_os(var).is_none() {
             // SAFETY: called at the start of training, before any thread that reads the
             // environment exists (burn and cubecl read these at their first use).
@@ -122,12 +132,14 @@ mod tests {
         assert_eq!((d.conv_kernels, d.fusion_blocks, d.graphs), ("fixed", 5, false));
         assert!(settings(CompileMode::ReduceOverhead).unwrap().graphs);
         let m = settings(CompileMode::MaxAutotune).unwrap();
-        assert_eq!((m.conv_kernels, m.graphs), ("all", true));
+        assert_eq!((m.conv_kernels, m.matmul_kernels, m.graphs), ("all", "all", true));
         let n = settings(CompileMode::MaxAutotuneNoCudagraphs).unwrap();
-        assert_eq!((n.conv_kernels, n.graphs), ("all", false));
+        assert_eq!((n.conv_kernels, n.matmul_kernels, n.graphs), ("all", "all", false));
+        assert_eq!(d.matmul_kernels, "fixed");
         // Every mode's convolution policy is one burn-cubecl accepts.
         for (_, mode) in CompileMode::MODES {
             burn_cubecl::kernel::conv::selection::Policy::parse(settings(mode).unwrap().conv_kernels).unwrap();
+            burn_cubecl::kernel::matmul::matmul_policy(settings(mode).unwrap().matmul_kernels).unwrap();
         }
     }
 

@@ -28,15 +28,25 @@ pub const CONV_KERNELS_ENV: &str = "BURN_CONV_KERNELS";
 /// candidates; `gemm` tunes among the implicit-GEMM kernels (docs/history/).
 pub const DEFAULT_CONV_KERNELS: &str = "fixed";
 
+/// Matmul kernel selection read by our patched burn-cubecl (vendor/README.md): `all` (upstream:
+/// autotune every new shape), `fixed` (cubek's own choice, nothing benchmarked).
+pub const MATMUL_KERNELS_ENV: &str = burn_cubecl::kernel::matmul::MATMUL_KERNELS_ENV;
+
+/// Our default: upstream's autotune compiled ~20 candidates a new matmul shape, 40-60 s each
+/// shape on the H200, which left RT-DETR's first training step minutes long (docs/history/).
+pub const DEFAULT_MATMUL_KERNELS: &str = "fixed";
+
 /// The convolution kernel selection this process uses (the environment's, else ours).
 pub fn conv_kernels() -> String {
     std::env::var(CONV_KERNELS_ENV).unwrap_or_else(|_| DEFAULT_CONV_KERNELS.to_string())
 }
 
-/// Checks `BURN_CONV_KERNELS` before anything runs: burn-cubecl would only warn, at the first
-/// convolution, and fall back to benchmarking every kernel (minutes of warm-up).
+/// Checks `BURN_CONV_KERNELS` and `BURN_MATMUL_KERNELS` before anything runs: burn-cubecl would
+/// only warn, at the first convolution or matmul, and fall back to benchmarking every kernel
+/// (minutes of warm-up).
 pub fn check_conv_kernels() -> Result<(), String> {
-    burn_cubecl::kernel::conv::selection::Policy::parse(&conv_kernels()).map(drop)
+    burn_cubecl::kernel::conv::selection::Policy::parse(&conv_kernels()).map(drop)?;
+    burn_cubecl::kernel::matmul::matmul_policy(&std::env::var(MATMUL_KERNELS_ENV).unwrap_or_default()).map(drop)
 }
 
 /// The cache directory: `$LIBREYOLO_KERNEL_CACHE`, else `~/.cache/libreyolo-run/kernels`.
@@ -62,10 +72,12 @@ pub fn config_file_above(names: &[&str]) -> bool {
 /// the first GPU tensor; later calls do nothing.
 pub fn configure() -> Option<PathBuf> {
     crate::fusion_search::configure();
-    if std::env::var_os(CONV_KERNELS_ENV).is_none() {
-        // SAFETY: called at the start of a command, before any thread that reads the
-        // environment exists; burn-cubecl reads it at the first convolution.
-        unsafe { std::env::set_var(CONV_KERNELS_ENV, DEFAULT_CONV_KERNELS) };
+    for (var, default) in [(CONV_KERNELS_ENV, DEFAULT_CONV_KERNELS), (MATMUL_KERNELS_ENV, DEFAULT_MATMUL_KERNELS)] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: called at the start of a command, before any thread that reads the
+            // environment exists; burn-cubecl reads it at the first convolution or matmul.
+            unsafe { std::env::set_var(var, default) };
+        }
     }
     if config_file_above(&["cubecl.toml", "CubeCL.toml"]) {
         return None;

@@ -25,12 +25,41 @@ pub enum MatmulStrategy {
 
 impl Default for MatmulStrategy {
     fn default() -> Self {
-        // if autotune is enabled, default to autotune
+        // if autotune is enabled, default to autotune unless `BURN_MATMUL_KERNELS=fixed`
         #[cfg(feature = "autotune")]
-        return MatmulStrategy::Autotune;
+        if !fixed_matmul() {
+            return MatmulStrategy::Autotune;
+        }
 
-        #[cfg(not(feature = "autotune"))]
         MatmulStrategy::Cube
+    }
+}
+
+/// The environment variable choosing how a plain matmul picks its kernel (libreyolo-run patch).
+pub const MATMUL_KERNELS_ENV: &str = "BURN_MATMUL_KERNELS";
+
+/// Whether matmuls run cubek's own choice (`Strategy::Auto`: the accelerated simple cyclic
+/// kernel, else the unit one) instead of autotuning each new shape over its ~20 candidates,
+/// every one compiled by NVRTC before it is timed (40-60 s a shape on the H200).
+/// `BURN_MATMUL_KERNELS=fixed`; `all` or unset: upstream's autotune. Parse errors are
+/// [`matmul_policy`]'s.
+pub fn fixed_matmul() -> bool {
+    static FIXED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FIXED.get_or_init(|| {
+        let text = std::env::var(MATMUL_KERNELS_ENV).unwrap_or_default();
+        matmul_policy(&text).unwrap_or_else(|err| {
+            eprintln!("warning: {err}; autotuning every matmul");
+            false
+        })
+    })
+}
+
+/// `BURN_MATMUL_KERNELS`'s value read: `fixed` true, `all` (or empty) false.
+pub fn matmul_policy(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "" | "all" => Ok(false),
+        "fixed" => Ok(true),
+        other => Err(format!("{MATMUL_KERNELS_ENV}={other:?} is not one of `all`, `fixed`")),
     }
 }
 
