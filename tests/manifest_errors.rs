@@ -398,3 +398,16 @@ fn compile_takes_libreyolo_spellings() {
     assert!(out.contains("reduce-overhead") && out.contains("max-autotune-no-cudagraphs"), "{out}");
     assert!(out.contains("compile=fast"), "the report points at the argument: {out}");
 }
+
+#[test]
+fn a_bad_parameter_pattern_is_named_with_its_key() {
+    let text = replace(&shipped_manifest(), "[optim]\n", "[optim]\ngroups = [{ names = [\"backbone(\"], lr_scale = 0.1 }]\n");
+    let out = error(&text, &[]);
+    assert!(out.contains("`optim.groups` entry 1: regex parse error"), "{out}");
+    assert!(out.contains("unclosed group"), "{out}");
+    let text = replace(&shipped_manifest(), "family = \"yolo9\"\n", "family = \"yolo9\"\nfreeze = [\"[\"]\n");
+    let out = error(&text, &[]);
+    assert!(out.contains("`model.freeze`: regex parse error"), "{out}");
+    let text = replace(&shipped_manifest(), "[optim]\n", "[optim]\ngroups = [{ names = [\"neck\"], weight_decay = -1.0 }]\n");
+    assert!(error(&text, &[]).contains("must not be negative"));
+}

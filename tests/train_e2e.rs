@@ -212,8 +212,23 @@ fn rtdetr_trains_from_its_manifest() {
         "workers=2".into(),
         "cache=ram".into(),
     ];
-    let out = bin().args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The dry run that compiles a step's kernels ahead (forced here; on by default on CUDA) must
+    // not run a step whose loss matches on the host: it would read what the dry run never wrote.
+    let kernels = dir.path().join("kernels");
+    let out = bin().args(args).env("LIBREYOLO_LOG", "info").env("LIBREYOLO_PRECOMPILE", "force").env("LIBREYOLO_KERNEL_CACHE", &kernels).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("no dry run ahead of its first run (`loss` reads the host"), "{stderr}");
+    // LibreYOLO's stem freeze and parameter groups: the counts of its RTDETRModel's trainable
+    // parameters under its trainer's rules (40, 20, 159; the stem's 9 frozen)
+    assert!(stderr.contains(": 9 parameters frozen"), "{stderr}");
+    for line in [
+        r#"optimizer group ["backbone", "norm|bn"]: lr x0.05, weight decay 0, 40 parameters"#,
+        r#"optimizer group ["backbone"]: lr x0.05, weight decay 0.0001, 20 parameters"#,
+        r#"optimizer group ["encoder|decoder", "norm|bias"]: lr x1, weight decay 0, 159 parameters"#,
+    ] {
+        assert!(stderr.contains(line), "missing `{line}`: {stderr}");
+    }
     let run = dir.path().join("rtdetr");
     let steps = std::fs::read_to_string(run.join("steps.csv")).unwrap();
     let mut lines = steps.lines();

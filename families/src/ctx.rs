@@ -163,7 +163,7 @@ impl Ctx {
             .entries()
             .iter()
             .map(|e| {
-                let track = training && e.role.is_trainable();
+                let track = training && e.trains();
                 Live(match &e.value {
                     Value::Float(t) if track => Some(crate::each_rank!(t, x => x.clone().autodiff().require_grad())),
                     Value::Float(t) => Some(t.clone()),

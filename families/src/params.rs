@@ -98,6 +98,16 @@ pub struct Entry {
     pub name: String,
     pub role: Role,
     pub value: Value,
+    /// Not trained although its role is (`model.freeze`, torch's `requires_grad = False`): no
+    /// gradient, no update.
+    pub frozen: bool,
+}
+
+impl Entry {
+    /// Whether training computes its gradient and updates it.
+    pub fn trains(&self) -> bool {
+        self.role.is_trainable() && !self.frozen
+    }
 }
 
 /// A float tensor of a store, borrowed mutably (to snapshot and restore state in place).
@@ -181,7 +191,7 @@ impl ParamStore {
     }
 
     fn push(&mut self, name: String, role: Role, value: Value) -> ParamId {
-        self.entries.push(Entry { name, role, value });
+        self.entries.push(Entry { name, role, value, frozen: false });
         ParamId(self.entries.len() - 1)
     }
 
@@ -206,7 +216,17 @@ impl ParamStore {
 
     /// The trainable tensors (what an optimizer step writes), in state-dict order.
     pub fn trainable_tensors_mut(&mut self) -> Vec<TensorMut<'_>> {
-        self.tensors_mut_where(|e| e.role.is_trainable())
+        self.tensors_mut_where(|e| e.trains())
+    }
+
+    /// Freezes every trainable parameter whose name `matches` (see [`Entry::frozen`]); how many.
+    pub fn freeze(&mut self, matches: impl Fn(&str) -> bool) -> usize {
+        let mut n = 0;
+        for e in self.entries.iter_mut().filter(|e| e.role.is_trainable() && matches(&e.name)) {
+            e.frozen = true;
+            n += 1;
+        }
+        n
     }
 
     /// The tensors of the roles `which` accepts, in state-dict order.

@@ -124,6 +124,10 @@ pub struct ModelSettings {
     /// Weight of the PGI auxiliary head's loss; 0 removes the branch.
     #[serde(default = "defaults::aux_weight")]
     pub aux_weight: f64,
+    /// Parameters not trained (torch's `requires_grad = False`): those whose name matches one
+    /// of these regular expressions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freeze: Vec<String>,
     /// The topology: layers in order, each a block of the family's library.
     pub layers: Vec<libreyolo_families::LayerSpec>,
 }
@@ -157,12 +161,33 @@ pub struct OptimSettings {
     pub nbs: Option<u32>,
     /// Global gradient-norm clipping; 0 turns it off.
     pub clip_max_norm: f64,
+    /// Parameter groups (`[[optim.groups]]`, stages/src/optim/groups.rs); none: weight decay by
+    /// role.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<ParamGroup>,
 }
 
 impl Default for OptimSettings {
     fn default() -> Self {
-        Self { optimizer: Optimizer::Sgd, lr0: 0.01, momentum: 0.937, weight_decay: 5e-4, nesterov: true, nbs: None, clip_max_norm: 0.0 }
+        Self { optimizer: Optimizer::Sgd, lr0: 0.01, momentum: 0.937, weight_decay: 5e-4, nesterov: true, nbs: None, clip_max_norm: 0.0, groups: vec![] }
     }
+}
+
+/// One `[[optim.groups]]` entry: the parameters whose names match every regular expression of
+/// `names` take its learning-rate scale and weight decay (first group wins).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamGroup {
+    pub names: Vec<String>,
+    #[serde(default = "unit_scale")]
+    pub lr_scale: f64,
+    /// The base `optim.weight_decay` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_decay: Option<f64>,
+}
+
+fn unit_scale() -> f64 {
+    1.0
 }
 
 /// `[schedule]`: learning-rate and momentum schedule, advanced after every optimizer step.

@@ -114,6 +114,21 @@ pub fn settings(m: &Manifest, source: &ManifestSource) -> Result<(), Diagnostic>
     if !(m.augment.crop_pct > 0.0 && m.augment.crop_pct <= 1.0) {
         return bad("augment.crop_pct", format!("`augment.crop_pct` must be in (0, 1]; got {}", m.augment.crop_pct), "out of range".into());
     }
+    if let Some(err) = m.model.freeze.iter().find_map(|n| regex::Regex::new(n).err()) {
+        return bad("model.freeze", format!("`model.freeze`: {err}"), "not a regular expression".into());
+    }
+    for (i, g) in m.optim.groups.iter().enumerate() {
+        let what = format!("`optim.groups` entry {}", i + 1);
+        if g.names.is_empty() {
+            return bad("optim.groups", format!("{what} has no `names`"), "a group names its parameters".into());
+        }
+        if let Some(err) = g.names.iter().find_map(|n| regex::Regex::new(n).err()) {
+            return bad("optim.groups", format!("{what}: {err}"), "not a regular expression".into());
+        }
+        if !(g.lr_scale >= 0.0 && g.lr_scale.is_finite()) || g.weight_decay.is_some_and(|w| !(w >= 0.0 && w.is_finite())) {
+            return bad("optim.groups", format!("{what}: `lr_scale` and `weight_decay` must not be negative"), "out of range".into());
+        }
+    }
     if m.capture.threshold == 0 {
         return bad("capture.threshold", "`capture.threshold` must be at least 1".into(), "must be >= 1".into());
     }

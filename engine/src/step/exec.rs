@@ -281,7 +281,11 @@ impl Executor {
         let captured = self.graphs.is_some();
         let kind = if captured { "captured" } else { "eager" };
         let what = if captured { self.core.program.describe_region() } else { "eager".to_string() };
-        let (name, dry) = p.first_run(kind, dims, || format!("{label} {what} {dims:?} {}", key.dtype))?;
+        let (name, mut dry) = p.first_run(kind, dims, || format!("{label} {what} {dims:?} {}", key.dtype))?;
+        if dry && let Some(stage) = &self.core.program.span_reads_host {
+            tracing::info!("{kind} step on {dims:?}: no dry run ahead of its first run (`{stage}` reads the host, which a dry run leaves unwritten)");
+            dry = false;
+        }
         let before = crate::precompile::compiled_so_far();
         if dry {
             let writers = self.core.writers(span.clone());

@@ -84,6 +84,10 @@ pub struct Program {
     /// The items a dry run compiles ahead without a region: from the first to the last item of
     /// a stage kind that could be captured (the device work of the step).
     pub(crate) span_range: Range<usize>,
+    /// An item within the span whose stage reads the host (a kind that cannot be captured, such
+    /// as a loss that matches on the host): a dry run, which computes nothing, would hand it
+    /// garbage, so the span is not dry-run.
+    pub(crate) span_reads_host: Option<String>,
     /// Capture was asked for and nothing is captured: why.
     pub why_eager: Option<String>,
     /// Stages marked `capture = true` that run eager in this run, with the reason.
@@ -415,6 +419,7 @@ impl<'a> Compiler<'a> {
         };
         let first = self.items.iter().position(device).unwrap_or(0);
         let last = self.items.iter().rposition(device).map_or(first, |i| i + 1).max(first);
+        let span_reads_host = (first..last).find(|&i| !device(&self.items[i])).map(|i| self.names[i].clone());
         Program {
             items: self.items,
             segments,
@@ -423,6 +428,7 @@ impl<'a> Compiler<'a> {
             pieces: self.pieces,
             loss: self.loss,
             span_range: first..last,
+            span_reads_host,
             why_eager,
             notes: self.notes,
             names: self.names,

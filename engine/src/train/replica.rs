@@ -181,7 +181,7 @@ impl Replica {
     /// of squares of every trained tensor) all-reduced and read back, once an epoch.
     pub fn check_weights_in_sync(&self, params: &ParamStore, epoch: usize) -> anyhow::Result<()> {
         let Some(devices) = self.group_devices() else { return Ok(()) };
-        let trained: Vec<Tensor<1>> = params.entries().iter().filter(|e| e.role.is_trainable()).filter_map(|e| e.value.flat()).collect();
+        let trained: Vec<Tensor<1>> = params.entries().iter().filter(|e| e.trains()).filter_map(|e| e.value.flat()).collect();
         let total = |f: fn(Tensor<1>) -> Tensor<1>| trained.iter().map(|t| f(t.clone()).sum()).reduce(|a, b| a.add(b)).expect("a network has trained tensors");
         let local = Tensor::cat(vec![total(|t| t), total(|t| t.square())], 0);
         let mean = all_reduce(local.clone(), ReduceOperation::Mean, devices.to_vec()).resolve();

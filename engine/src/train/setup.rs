@@ -9,7 +9,7 @@ use anyhow::Context;
 use burn::tensor::Device;
 use libreyolo_stages::data::Batch;
 use libreyolo_stages::ema::{DecayScalars, Ema};
-use libreyolo_stages::optim::{AdamW, Optimizer, Scalars, Sgd};
+use libreyolo_stages::optim::{AdamW, Groups, Optimizer, Scalars, Sgd};
 use libreyolo_stages::schedule::{self, Schedule};
 use libreyolo_stages::stage::{Build, Group, Model, Parallel, Stage, Update};
 
@@ -85,12 +85,35 @@ pub fn program_options(loaded: &LoadedManifest, backend: Backend, world: usize, 
     Options { capture, refused, parallel: Parallel { world, sync_bn: m.run.sync_bn }, accumulate }
 }
 
-/// The optimizer the manifest names.
+/// The optimizer the manifest names, with its parameter groups (checked by the manifest's
+/// validation).
 fn optimizer(loaded: &LoadedManifest) -> Box<dyn Optimizer> {
     let m = &loaded.manifest;
+    let groups = groups(&m.optim);
     match m.optim.optimizer {
-        OptimizerKind::Sgd => Box::new(Sgd::new(m.optim.weight_decay, m.optim.nesterov)),
-        OptimizerKind::Adamw => Box::new(AdamW::new(m.optim.weight_decay)),
+        OptimizerKind::Sgd => Box::new(Sgd::new(groups, m.optim.nesterov)),
+        OptimizerKind::Adamw => Box::new(AdamW::new(groups)),
+    }
+}
+
+/// `[optim]`'s parameter groups (none: weight decay by role).
+pub fn groups(o: &crate::manifest::OptimSettings) -> Groups {
+    let group = |g: &crate::manifest::ParamGroup| libreyolo_stages::optim::Group {
+        names: g.names.iter().map(|n| regex::Regex::new(n).expect("validated with the manifest")).collect(),
+        lr_scale: g.lr_scale,
+        weight_decay: g.weight_decay,
+    };
+    Groups { weight_decay: o.weight_decay, groups: o.groups.iter().map(group).collect() }
+}
+
+/// One line per declared parameter group: its patterns, what it sets, how many of `params` it
+/// takes (a group that takes none is most likely a misspelt pattern: a warning).
+fn log_groups(o: &crate::manifest::OptimSettings, params: &libreyolo_families::ParamStore) {
+    let counts = groups(o).counts(params.entries().iter().filter(|e| e.trains()).map(|e| e.name.as_str()));
+    for (g, n) in o.groups.iter().zip(counts) {
+        let decay = g.weight_decay.map_or(format!("weight decay {}", o.weight_decay), |w| format!("weight decay {w}"));
+        let line = format!("optimizer group {:?}: lr x{}, {decay}, {n} parameters", g.names, g.lr_scale);
+        if n == 0 { tracing::warn!("{line}: no parameter's name matches") } else { tracing::info!("{line}") }
     }
 }
 
@@ -134,6 +157,12 @@ pub fn model(loaded: &LoadedManifest, nc: usize, device: &Device) -> anyhow::Res
             );
         }
     }
+    if !m.model.freeze.is_empty() {
+        let patterns: Vec<regex::Regex> = m.model.freeze.iter().map(|n| regex::Regex::new(n).expect("validated with the manifest")).collect();
+        let n = params.freeze(|name| patterns.iter().any(|r| r.is_match(name)));
+        let line = format!("model.freeze {:?}: {n} parameters frozen", m.model.freeze);
+        if n == 0 { tracing::warn!("{line} (no parameter's name matches)") } else { tracing::info!("{line}") }
+    }
     params.to_device(device);
     Ok(Model { network: Rc::new(network), params: Rc::new(RefCell::new(params)), nc, with_aux })
 }
@@ -143,6 +172,7 @@ pub fn model(loaded: &LoadedManifest, nc: usize, device: &Device) -> anyhow::Res
 pub fn update(loaded: &LoadedManifest, model: &Model, device: &Device, accumulate: usize, iters_per_epoch: usize) -> Update {
     let m = &loaded.manifest;
     let mut optim = optimizer(loaded);
+    log_groups(&m.optim, &model.params.borrow());
     // Every step, the first included, runs the same optimizer operations on the same buffers.
     optim.init_state(&model.params.borrow());
     let ema = m.ema.enabled.then(|| Rc::new(RefCell::new(Ema::new(&model.params.borrow(), m.ema.decay, m.ema.tau))));

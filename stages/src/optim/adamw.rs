@@ -10,10 +10,10 @@ use burn::tensor::Tensor;
 use libreyolo_families::params::update_in_place;
 use libreyolo_families::{ParamId, ParamStore};
 
-use super::{Optimizer, Scalars, decay_for, device_scalar, trainable, update_param, write_scalar, zeros_for};
+use super::{Groups, Optimizer, Scalars, device_scalar, scaled_lr, trainable, update_param, write_scalar, zeros_for};
 
 pub struct AdamW {
-    pub weight_decay: f64,
+    pub groups: Groups,
     pub beta2: f64,
     pub eps: f64,
     /// Steps taken (`[1]`, f32, exact to 2^24), on the device; created by `init_state`.
@@ -24,8 +24,8 @@ pub struct AdamW {
 }
 
 impl AdamW {
-    pub fn new(weight_decay: f64) -> Self {
-        Self { weight_decay, beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: HashMap::new() }
+    pub fn new(groups: Groups) -> Self {
+        Self { groups, beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: HashMap::new() }
     }
 
     /// Advances the step count; this step's bias corrections `(1 - b1^t, 1 - b2^t)`, with this
@@ -59,12 +59,14 @@ impl Optimizer for AdamW {
         let stable = store.stable_buffers();
         let (bias1, bias2) = self.next_bias_corrections(store, &s.momentum);
         for (id, g) in grads {
-            let wd = decay_for(store.entry(id).role, self.weight_decay);
+            let entry = store.entry(id);
+            let hyper = self.groups.of(&entry.name, entry.role);
+            let lr = scaled_lr(s, hyper.lr_scale);
             let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
             update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
             update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
-            let step = m.clone().div(bias1.clone()).div(v.clone().div(bias2.clone()).sqrt().add_scalar(eps)).mul(s.lr.clone());
-            let keep = s.lr.clone().mul_scalar(-wd).add_scalar(1.0);
+            let step = m.clone().div(bias1.clone()).div(v.clone().div(bias2.clone()).sqrt().add_scalar(eps)).mul(lr.clone());
+            let keep = lr.mul_scalar(-hyper.weight_decay).add_scalar(1.0);
             update_param(store, id, |p| p.mul(keep).sub(step));
         }
     }
@@ -133,7 +135,7 @@ mod tests {
         let mut m = vec![vec![0.0; 4], vec![0.0; 2]];
         let mut v = m.clone();
         let (lr, wd, b2, eps) = (0.01, 0.05, 0.999, 1e-8);
-        let mut adamw = AdamW::new(wd);
+        let mut adamw = AdamW::new(super::Groups::by_role(wd));
         adamw.init_state(&store);
         for (t, beta1) in [(1, 0.8), (2, 0.85), (3, 0.9)] {
             let grads: Vec<Tensor<1>> = [4, 2].iter().map(|&n| Tensor::random([n], Distribution::Normal(0.0, 1.0), &device)).collect();
@@ -163,7 +165,7 @@ mod tests {
         assert_eq!(values(bias1.clone()), values(again));
         assert!((values(bias1)[0] - (1.0 - 0.9f64.powi(4))).abs() < 1e-6);
         // Resume sets the count before the state exists (the trainer resumes, then inits).
-        let mut resumed = AdamW::new(wd);
+        let mut resumed = AdamW::new(super::Groups::by_role(wd));
         resumed.resume_steps(41);
         resumed.init_state(&store);
         assert_eq!(count(&mut resumed), 41.0);

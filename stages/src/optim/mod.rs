@@ -1,20 +1,24 @@
 //! Optimizers that update the parameter store in place, so the parameters keep their device
-//! buffers (a captured graph reads them there). Parameter groups follow LibreYOLO:
-//! BatchNorm weights and all biases get no weight decay, other weights get `weight_decay`.
+//! buffers (a captured graph reads them there). Each parameter's learning-rate scale and weight
+//! decay come from its group ([`groups`]): by default, as LibreYOLO's YOLO trainers, BatchNorm
+//! weights and all biases get no weight decay and other weights get `weight_decay`.
 
 pub mod adamw;
+pub mod groups;
 pub mod sgd;
 
 use burn::tensor::{Device, Tensor, TensorData};
 use libreyolo_families::params::update_in_place;
-use libreyolo_families::{ParamId, ParamStore, Role, Value};
+use libreyolo_families::{ParamId, ParamStore, Value};
 
 pub use adamw::AdamW;
+pub use groups::{Group, Groups, Hyper};
 pub use sgd::Sgd;
 
-/// Weight decay of a parameter by its role.
-pub fn decay_for(role: Role, weight_decay: f64) -> f64 {
-    if role.decays() { weight_decay } else { 0.0 }
+/// The learning rate of a parameter whose group scales it by `scale`: this step's device scalar,
+/// scaled on the device (so a replayed graph reads the new step's rate).
+pub(crate) fn scaled_lr(s: &Scalars, scale: f64) -> Tensor<1> {
+    if scale == 1.0 { s.lr.clone() } else { s.lr.clone().mul_scalar(scale) }
 }
 
 /// Writes `update(p)` into the parameter `id` in place (same shape; see
@@ -94,7 +98,7 @@ pub trait Optimizer {
 
 /// The trainable parameters of `store` with their flat sizes.
 pub(crate) fn trainable(store: &ParamStore) -> impl Iterator<Item = (ParamId, usize)> + '_ {
-    store.entries().iter().enumerate().filter(|(_, e)| e.role.is_trainable()).map(|(i, e)| (ParamId(i), e.value.shape().iter().product::<usize>()))
+    store.entries().iter().enumerate().filter(|(_, e)| e.trains()).map(|(i, e)| (ParamId(i), e.value.shape().iter().product::<usize>()))
 }
 
 /// A zero vector on the parameter's device and dtype.

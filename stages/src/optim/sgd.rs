@@ -8,17 +8,17 @@ use burn::tensor::Tensor;
 use libreyolo_families::{ParamId, ParamStore, Value};
 use libreyolo_kernels::in_place::sgd_step;
 
-use super::{Optimizer, Scalars, decay_for, trainable, zeros_for};
+use super::{Groups, Optimizer, Scalars, scaled_lr, trainable, zeros_for};
 
 pub struct Sgd {
-    pub weight_decay: f64,
+    pub groups: Groups,
     pub nesterov: bool,
     buffers: HashMap<ParamId, Tensor<1>>,
 }
 
 impl Sgd {
-    pub fn new(weight_decay: f64, nesterov: bool) -> Self {
-        Self { weight_decay, nesterov, buffers: HashMap::new() }
+    pub fn new(groups: Groups, nesterov: bool) -> Self {
+        Self { groups, nesterov, buffers: HashMap::new() }
     }
 }
 
@@ -34,13 +34,15 @@ impl Optimizer for Sgd {
     /// kernel on the GPU, written into both tensors' own buffers (`in_place::sgd_step`).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         for (id, grad) in grads {
-            let wd = decay_for(store.entry(id).role, self.weight_decay);
+            let entry = store.entry(id);
+            let hyper = self.groups.of(&entry.name, entry.role);
+            let lr = scaled_lr(s, hyper.lr_scale);
             // Taken out of the map, so the kernel gets the buffer as its last use (in place).
             let buf = self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like());
             let mut new_buf = None;
             store.map_value(id, |value| match value {
                 Value::Float(p) => Value::Float(libreyolo_families::each_rank!(p, p => {
-                    let (p, b) = sgd_step(p, buf, grad, &s.lr, &s.momentum, wd, self.nesterov);
+                    let (p, b) = sgd_step(p, buf, grad, &lr, &s.momentum, hyper.weight_decay, self.nesterov);
                     new_buf = Some(b);
                     p
                 })),
@@ -95,7 +97,7 @@ mod tests {
         let run = |stable: bool| {
             let mut store = base.clone();
             store.set_stable_buffers(stable);
-            let mut sgd = Sgd::new(5e-4, true);
+            let mut sgd = Sgd::new(super::Groups::by_role(5e-4), true);
             sgd.init_state(&store);
             let mut ema = Ema::new(&store, 0.9999, 2000.0);
             let scalars = Scalars::new(0.01, 0.937, &device);
