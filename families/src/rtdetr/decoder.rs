@@ -195,7 +195,11 @@ impl RtDetrDecoder {
         let features = self.enc_norm.forward(self.enc_output.forward(memory.mul(valid), cx), cx);
         let enc_class = self.enc_score_head.forward(features.clone(), cx);
         let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).add(anchors);
-        let (_, index) = enc_class.clone().max_dim(2).reshape([b, s]).topk_with_indices(self.queries, 1);
+        // The choice in f32: under bf16 many scores tie, and burn's top-k of a bf16 tensor in eval
+        // failed every kernel on the H200 (its values' and indices' rows padded to different
+        // strides), leaving the indices unwritten.
+        let scores = enc_class.clone().max_dim(2).reshape([b, s]).cast(burn::tensor::FloatDType::F32);
+        let (_, index) = scores.topk_with_indices(self.queries, 1);
         let index = index.reshape([b, self.queries, 1]);
         let pick = |t: Tensor<3>, width: usize| t.gather(1, index.clone().repeat_dim(2, width));
         let reference = pick(enc_coord, 4);
@@ -284,24 +288,30 @@ impl Detector for RtDetrDecoder {
     }
     /// The last decoder layer's queries: their (cx, cy, w, h) of the image as xyxy pixels, then
     /// the sigmoid of each class's logit (LibreYOLO's `postprocess`, before its top-k).
-    fn decode(&self, maps: &[Tensor<4>], [height, width]: [usize; 2]) -> Tensor<3> {
-        let last = |m: &Tensor<4>| {
-            let [l, b, q, c] = m.dims();
-            m.clone().cast(burn::tensor::FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
-        };
-        let (boxes, logits) = (last(&maps[0]), last(&maps[1]));
-        let part = |i: usize| boxes.clone().narrow(2, i, 1);
-        let (half_w, half_h) = (part(2).div_scalar(2.0), part(3).div_scalar(2.0));
-        let (w, h) = (width as f64, height as f64);
-        let xyxy = vec![
-            part(0).sub(half_w.clone()).mul_scalar(w),
-            part(1).sub(half_h.clone()).mul_scalar(h),
-            part(0).add(half_w).mul_scalar(w),
-            part(1).add(half_h).mul_scalar(h),
-            sigmoid(logits),
-        ];
-        Tensor::cat(xyxy, 2).swap_dims(1, 2)
+    fn decode(&self, maps: &[Tensor<4>], image: [usize; 2]) -> Tensor<3> {
+        decode(&maps[0], &maps[1], image)
     }
+}
+
+/// [`Detector::decode`] of the last layer's `boxes` `(L, B, Q, 4)` and `logits` `(L, B, Q, nc)`
+/// for an `image` of `[height, width]`: `(B, 4 + nc, Q)`.
+fn decode(boxes: &Tensor<4>, logits: &Tensor<4>, [height, width]: [usize; 2]) -> Tensor<3> {
+    let last = |m: &Tensor<4>| {
+        let [l, b, q, c] = m.dims();
+        m.clone().cast(burn::tensor::FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
+    };
+    let (boxes, logits) = (last(boxes), last(logits));
+    let part = |i: usize| boxes.clone().narrow(2, i, 1);
+    let (half_w, half_h) = (part(2).div_scalar(2.0), part(3).div_scalar(2.0));
+    let (w, h) = (width as f64, height as f64);
+    let xyxy = vec![
+        part(0).sub(half_w.clone()).mul_scalar(w),
+        part(1).sub(half_h.clone()).mul_scalar(h),
+        part(0).add(half_w).mul_scalar(w),
+        part(1).add(half_h).mul_scalar(h),
+        sigmoid(logits),
+    ];
+    Tensor::cat(xyxy, 2).swap_dims(1, 2)
 }
 
 /// `RTDETRDecoder` in a topology: the encoder's maps in (`from = [...]`, one width), `args = {
@@ -331,3 +341,23 @@ pub static BLOCK: BlockKind = BlockKind {
         Ok((Rc::new(RtDetrDecoder::new(b.params, b.nc, &config, strides)), None))
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    /// A query's (cx, cy, w, h) of the image become xyxy pixels of a 100 x 200 (h x w) input, its
+    /// logits sigmoid scores, the last layer's only.
+    #[test]
+    fn queries_decode_to_pixels_and_scores() {
+        let device = Device::flex();
+        // two layers, one image, one query; the first layer's box is ignored
+        let boxes = Tensor::<4>::from_data(TensorData::new(vec![0.1f32, 0.1, 0.1, 0.1, 0.5, 0.25, 0.2, 0.5], [2, 1, 1, 4]), &device);
+        let logits = Tensor::<4>::from_data(TensorData::new(vec![9.0f32, 9.0, 0.0, 2.0f32.ln()], [2, 1, 1, 2]), &device);
+        let out = super::decode(&boxes, &logits, [100, 200]);
+        assert_eq!(out.dims(), [1, 6, 1]);
+        let got = out.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+        let want = [80.0, 0.0, 120.0, 50.0, 0.5, 2.0 / 3.0];
+        assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5), "{got:?}");
+    }
+}
