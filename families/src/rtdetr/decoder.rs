@@ -356,7 +356,7 @@ mod tests {
         let logits = Tensor::<4>::from_data(TensorData::new(vec![9.0f32, 9.0, 0.0, 2.0f32.ln()], [2, 1, 1, 2]), &device);
         let out = super::decode(&boxes, &logits, [100, 200]);
         assert_eq!(out.dims(), [1, 6, 1]);
-        let got = out.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+        let got = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         let want = [80.0, 0.0, 120.0, 50.0, 0.5, 2.0 / 3.0];
         assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5), "{got:?}");
     }
