@@ -25,7 +25,8 @@ impl MultiheadAttention {
         assert!(dim.is_multiple_of(heads), "attention width {dim} is not a multiple of {heads} heads");
         let in_weight = b.matrix("in_proj_weight", 3 * dim, dim, Init::Xavier);
         let in_bias = b.constant("in_proj_bias", Role::Bias, 3 * dim, 0.0);
-        let out = Linear::weight_init_zero_bias(&mut b.pp("out_proj"), dim, dim);
+        // PyTorch's default weight and a zero bias (`nn.MultiheadAttention`'s `out_proj`)
+        let out = Linear::init(&mut b.pp("out_proj"), dim, dim, Init::Torch, 0.0);
         Self { in_weight, in_bias, out, dim, heads }
     }
 

@@ -35,11 +35,6 @@ impl Linear {
         Self { weight: b.matrix("weight", out, input, init), bias: b.linear_bias(out, input), input, out }
     }
 
-    /// PyTorch's default weight and a zero bias (attention's `out_proj`).
-    pub fn weight_init_zero_bias(b: &mut Builder, input: usize, out: usize) -> Self {
-        Self::init(b, input, out, Init::Torch, 0.0)
-    }
-
     /// A weight started by `init` and a bias of `bias` everywhere (the families' own inits:
     /// zeroed box heads, a classification prior).
     pub fn init(b: &mut Builder, input: usize, out: usize, init: Init, bias: f32) -> Self {
