@@ -6,7 +6,8 @@
 //! statistics after the train-mode forward, and the gradient of every parameter under a fixed
 //! random linear function of the train-mode outputs; and, trained on labelled images as
 //! LibreYOLO's trainer runs it (the denoising groups from LibreYOLO's own random draws, then
-//! `loss.rtdetr`'s criterion), every output, every loss term and every parameter's gradient.
+//! `loss.rtdetr`'s criterion), every output, every loss term and every parameter's gradient; and
+//! LibreYOLO's postprocess (top-k, no NMS) of its eval outputs.
 
 use burn::tensor::{Device, Tensor, TensorData};
 use libreyolo_families::rtdetr::{Denoising, DetrTargets, Noise, RtDetrDecoder};
@@ -14,6 +15,7 @@ use libreyolo_families::{Ctx, ParamId};
 use libreyolo_run::parity::fixture::{Fixture, check_running_stats, fixture_network, keys_and_shapes, network_in, project_dir, read, rel_err};
 use libreyolo_stages::loss::RtDetrLoss;
 use libreyolo_stages::loss::rtdetr::{DenoisingLevels, DetrTerms, Level};
+use libreyolo_stages::val::nms::{self, NmsConfig};
 
 /// Decoder outputs, relative to the largest value: the deformable attention's bilinear weights
 /// and the top-k choice read float rounding from the whole network; measured ~1e-6.
@@ -202,5 +204,42 @@ fn padded_denoising_slots_leave_the_step_unchanged() {
     for ((id, g), (_, p)) in grads.iter().zip(&padded_grads) {
         let diff = read(g).1.iter().zip(read(p).1).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(diff <= 1e-4 * largest, "parameter {id:?}: gradients differ by {diff:.2e} of {largest:.2e} with padding");
+    }
+}
+
+/// The decoder's decode and top-k postprocess against LibreYOLO's (`postprocess.rtdetr`, fixture
+/// of tests/fixtures/make_rtdetr_postprocess_fixture.py) on LibreYOLO's own eval outputs: the same
+/// (query, class) pairs in the same order, scores and boxes to float rounding.
+#[test]
+fn rtdetr_postprocess_matches_libreyolo() {
+    let dir = project_dir();
+    let io = Fixture::open(&dir.join("rtdetr_narrow_io.safetensors")).unwrap();
+    let want = Fixture::open(&dir.join("rtdetr_postprocess.safetensors")).unwrap();
+    let device = Device::flex();
+    let (network, _) = network_in(&dir, "rtdetr_narrow", 5, &device).unwrap();
+    let map = |key: &str| {
+        let t = io.get(key);
+        let s = &t.shape;
+        Tensor::<4>::from_data(TensorData::new(t.to_f32(), [1, s[0], s[1], s[2]]), &device)
+    };
+    let maps = vec![map("eval_boxes"), map("eval_logits")];
+    let d = &io.get("images_u8").shape;
+    let (h, w) = (d[2], d[3]);
+    let head = network.detector("the postprocess test").unwrap();
+    let (dims, values) = read(&head.decode(&maps, [h, w]));
+    let (rows, a) = (dims[1], dims[2]);
+    let cfg = NmsConfig { conf: 0.0, iou: 0.65, max_det: want.get("max_det").to_f32()[0] as usize, max_candidates: 30_000 };
+    for i in 0..dims[0] {
+        let dets = nms::detect(&values[i * rows * a..(i + 1) * rows * a], head.nc(), head.labels(), a, 1.0, (w as u32, h as u32), &cfg);
+        let (boxes, scores, classes) =
+            (want.get(&format!("boxes_{i}")).to_f32(), want.get(&format!("scores_{i}")).to_f32(), want.get(&format!("classes_{i}")).to_f32());
+        assert_eq!(dets.len(), scores.len(), "image {i}: max_det detections");
+        for (k, det) in dets.iter().enumerate() {
+            assert_eq!(det.class, classes[k] as usize, "image {i}, detection {k}: class");
+            assert!((det.score - scores[k]).abs() < 1e-6, "image {i}, detection {k}: score {} vs {}", det.score, scores[k]);
+            for j in 0..4 {
+                assert!((det.xyxy[j] - boxes[k * 4 + j]).abs() < 1e-4, "image {i}, detection {k}: box {:?} vs {:?}", det.xyxy, &boxes[k * 4..k * 4 + 4]);
+            }
+        }
     }
 }
