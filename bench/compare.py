@@ -27,7 +27,7 @@ own figures. Prints the tables with the ratio ours / LibreYOLO, writes the JSON 
 bench/results/, and with --docs appends the tables to the month's results history,
 docs/history/YYYY-MM.md (docs/benchmarks.md keeps the current figures, edited by hand).
 
-    python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--family yolo9|yolox] [--sizes t,s] [--batch 8,16]
+    python3 bench/compare.py BIN DATA_YAML OUT [--device cuda|cpu] [--family yolo9|yolox|resnet|mobilenetv4|rtdetr] [--sizes t,s] [--batch 8,16]
         [--dtype bf16,f16] [--imgsz 640] [--warmup 10] [--steps 24] [--workers 8] [--isolated]
         [--throughput E] [--cold-cache] [--gpus 0,1] [--docs]
     python3 bench/compare.py --merge A.json B.json ... [--docs]
@@ -84,6 +84,8 @@ OUR_MODES = {
     "eager": ["cuda_graph=false"],
     "two graphs": ["cuda_graph=true", "stage.loss.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"],
     "whole-step graph": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
+    # The manifest's own marks (RT-DETR: backbone and encoder captured, decoder and loss eager).
+    "manifest graphs": ["cuda_graph=true"],
 }
 
 

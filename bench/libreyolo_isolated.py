@@ -46,7 +46,7 @@ class RepeatFirstBatch:
 
 
 # The families both engines train: LibreYOLO's class of each.
-LIBREYOLO_CLASS = {"yolo9": "LibreYOLO9", "yolox": "LibreYOLOX", "resnet": "LibreResNet", "mobilenetv4": "LibreMobileNetV4"}
+LIBREYOLO_CLASS = {"yolo9": "LibreYOLO9", "yolox": "LibreYOLOX", "resnet": "LibreResNet", "mobilenetv4": "LibreMobileNetV4", "rtdetr": "LibreRTDETR"}
 
 def epoch_rows(results_csv):
     """An engine's per-epoch rows as dicts: its results.csv, or, where LibreYOLO writes only its
@@ -72,7 +72,12 @@ def libreyolo_model(size, device, family="yolo9"):
     import libreyolo
 
     torch.manual_seed(0)
-    return getattr(libreyolo, LIBREYOLO_CLASS[family])(None, size=size, nb_classes=80, device=device)
+    cls = getattr(libreyolo, LIBREYOLO_CLASS[family])
+    if family == "rtdetr":
+        # A scratch build, as ours trains: no ImageNet backbone download (nothing is reachable on
+        # the GPU machine), and no stem freeze (LibreYOLO freezes it only for a trained backbone).
+        return cls._from_scratch(size=size, nb_classes=80, device=device, seed=0)
+    return cls(None, size=size, nb_classes=80, device=device)
 
 
 def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, **extra):
