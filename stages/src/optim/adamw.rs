@@ -170,4 +170,31 @@ mod tests {
         resumed.init_state(&store);
         assert_eq!(count(&mut resumed), 41.0);
     }
+
+    /// Declared groups reach the update: the weight in a group at half the rate and no decay,
+    /// the bias in none (the base rate and the base decay, although a bias), one first step each
+    /// (`m_hat = g`, `v_hat = g^2`) against torch's formula in f64.
+    #[test]
+    fn a_group_scales_the_rate_and_sets_the_decay() {
+        let device = Device::flex();
+        let mut state = BuildState::new(5);
+        let mut b = state.builder(&device);
+        let (w, bias) = (b.pp("backbone").conv_weight(2, 2, 1), b.pp("head").conv_bias(2, 2));
+        let mut store = state.store;
+        let values = |t: Tensor<1>| t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap();
+        let before = [values(store.rank4(w).clone().flatten(0, 3)), values(store.rank1(bias).clone())];
+        let (lr, wd, eps) = (0.01, 0.05, 1e-8);
+        let group = crate::optim::Group { names: vec![regex::Regex::new("^backbone").unwrap()], lr_scale: 0.5, weight_decay: Some(0.0) };
+        let mut adamw = AdamW::new(crate::optim::Groups { weight_decay: wd, groups: vec![group] });
+        adamw.init_state(&store);
+        let grads: Vec<Tensor<1>> = [4, 2].iter().map(|&n| Tensor::random([n], Distribution::Normal(0.0, 1.0), &device)).collect();
+        adamw.step(&mut store, vec![(w, grads[0].clone()), (bias, grads[1].clone())], &Scalars::new(lr, 0.9, &device));
+        let after = [values(store.rank4(w).clone().flatten(0, 3)), values(store.rank1(bias).clone())];
+        for (k, (scale, decay)) in [(0.5, 0.0), (1.0, wd)].into_iter().enumerate() {
+            for ((p, got), g) in before[k].iter().zip(&after[k]).zip(values(grads[k].clone())) {
+                let want = p * (1.0 - lr * scale * decay) - lr * scale * g / (g.abs() + eps);
+                assert!((want - got).abs() < 1e-6, "parameter {k}: {got} where the group's rate and decay give {want}");
+            }
+        }
+    }
 }
