@@ -46,7 +46,7 @@ impl Groups {
         if self.groups.is_empty() {
             return Hyper { lr_scale: 1.0, weight_decay: if role.decays() { self.weight_decay } else { 0.0 } };
         }
-        match self.groups.iter().find(|g| g.names.iter().all(|r| r.is_match(name))) {
+        match self.first_match(name).map(|i| &self.groups[i]) {
             Some(g) => Hyper { lr_scale: g.lr_scale, weight_decay: g.weight_decay.unwrap_or(self.weight_decay) },
             None => Hyper { lr_scale: 1.0, weight_decay: self.weight_decay },
         }
@@ -55,12 +55,15 @@ impl Groups {
     /// How many of `names` each group takes (a group that takes none is most likely a typo).
     pub fn counts<'a>(&self, names: impl Iterator<Item = &'a str>) -> Vec<usize> {
         let mut counts = vec![0; self.groups.len()];
-        for name in names {
-            if let Some(i) = self.groups.iter().position(|g| g.names.iter().all(|r| r.is_match(name))) {
-                counts[i] += 1;
-            }
+        for i in names.filter_map(|name| self.first_match(name)) {
+            counts[i] += 1;
         }
         counts
+    }
+
+    /// The first group whose every pattern matches `name`.
+    fn first_match(&self, name: &str) -> Option<usize> {
+        self.groups.iter().position(|g| g.names.iter().all(|r| r.is_match(name)))
     }
 }
 
