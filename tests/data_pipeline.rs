@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use libreyolo_stages::data::augment::resize::Resize;
 use libreyolo_stages::data::cache::CacheMode;
 use libreyolo_stages::data::labels::label_path;
 use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig, Transform, sample};
@@ -25,6 +26,7 @@ fn augment() -> Augment {
         hsv_prob: 1.0,
         flip_prob: 0.5,
         flipud: 0.0,
+        resize: Default::default(),
     }
 }
 
@@ -78,7 +80,7 @@ fn background_images_yield_empty_targets() {
     let cfg = DatasetConfig::load(&coco128()).unwrap();
     let ds = Dataset::open("train", &cfg.train, cfg.nc(), (320, 320), CacheMode::None).unwrap();
     let i = ds.items.iter().position(|i| i.image.file_stem().unwrap() == "000000000250").unwrap();
-    let (s, _) = sample::val_sample(&ds, i, (320, 320));
+    let (s, _) = sample::val_sample(&ds, i, (320, 320), Resize::Letterbox);
     assert!(s.targets.is_empty());
     let batch = libreyolo_stages::data::loader::assemble(&[s], 320, 320, 300);
     assert!(batch.targets.chunks_exact(5).all(|r| r == [-1.0, 0.0, 0.0, 0.0, 0.0]));
@@ -92,7 +94,7 @@ fn letterboxed_boxes_map_back_to_the_original_pixels() {
     let ds = Dataset::open("train", &cfg.train, cfg.nc(), (h, w), CacheMode::None).unwrap();
     let mut checked = 0;
     for (i, item) in ds.items.iter().enumerate().take(20) {
-        let (s, r2) = sample::val_sample(&ds, i, (h, w));
+        let (s, [r2, _]) = sample::val_sample(&ds, i, (h, w), Resize::Letterbox);
         let (ow, oh) = item.size;
         let r1 = (h as f32 / oh as f32).min(w as f32 / ow as f32);
         assert_eq!(s.targets.len(), item.labels.len());
@@ -101,6 +103,32 @@ fn letterboxed_boxes_map_back_to_the_original_pixels() {
             let orig = [l.x1 * ow as f64, l.y1 * oh as f64, l.x2 * ow as f64, l.y2 * oh as f64].map(|v| v as f32);
             for (a, b) in back.iter().zip(orig) {
                 assert!((a - b).abs() <= 1.0, "{}: {back:?} vs {orig:?}", item.image.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 50);
+}
+
+/// RT-DETR's stretch reads the images as decoded (no pre-resize) and scales each axis on its
+/// own: a box of the input divided by the scale is the original box.
+#[test]
+fn stretched_boxes_map_back_to_the_original_pixels() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    let (h, w) = (384u32, 512u32);
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), None, CacheMode::None).unwrap();
+    let mut checked = 0;
+    for (i, item) in ds.items.iter().enumerate().take(20) {
+        let (s, [sx, sy]) = sample::val_sample(&ds, i, (h, w), Resize::Stretch);
+        assert_eq!(s.image.dimensions(), (w, h));
+        let (ow, oh) = item.size;
+        assert_eq!([sx, sy], [w as f32 / ow as f32, h as f32 / oh as f32]);
+        assert_eq!(s.targets.len(), item.labels.len());
+        for (t, l) in s.targets.iter().zip(&item.labels) {
+            let back = [t[1] * w as f32 / sx, t[2] * h as f32 / sy, t[3] * w as f32 / sx, t[4] * h as f32 / sy];
+            let orig = [l.x1 * ow as f64, l.y1 * oh as f64, l.x2 * ow as f64, l.y2 * oh as f64].map(|v| v as f32);
+            for (a, b) in back.iter().zip(orig) {
+                assert!((a - b).abs() <= 1e-2, "{}: {back:?} vs {orig:?}", item.image.display());
             }
             checked += 1;
         }

@@ -81,7 +81,7 @@ fn detections(network: &Network, shape: &[usize], values: &[f32], imgsz: u32) ->
     let (nc, a) = (shape[1] - 4, shape[2]);
     let cfg = NmsConfig { conf: 0.25, iou: 0.45, max_det: 300, max_candidates: 30_000 };
     let labels = network.detector("the test").unwrap().labels();
-    values.chunks(shape[1] * a).map(|pred| nms::detect(pred, nc, labels, a, 1.0, (imgsz, imgsz), &cfg)).collect()
+    values.chunks(shape[1] * a).map(|pred| nms::detect(pred, nc, labels, a, [1.0; 2], (imgsz, imgsz), &cfg)).collect()
 }
 
 /// Asserts that each image's detections in `a` and `b` are the same set (class, score to 1e-4,
@@ -180,7 +180,7 @@ fn yolo9t_embedded_nms_gives_predicts_detections() {
         let (raw_shape, raw) = outputs.pop().unwrap();
         let (shape, rows) = outputs.pop().unwrap();
         assert_eq!(shape, [1, 300, 6]);
-        let want = nms::detect(&raw, raw_shape[1] - 4, labels, raw_shape[2], 1.0, (imgsz, imgsz), &cfg);
+        let want = nms::detect(&raw, raw_shape[1] - 4, labels, raw_shape[2], [1.0; 2], (imgsz, imgsz), &cfg);
         assert!(!want.is_empty() && want.len() < 300, "image {i}: {} detections; the test wants some, fewer than max_det", want.len());
         let got: Vec<Det> = rows.chunks(6).filter(|r| r[4] > 0.0).map(|r| Det { xyxy: [r[0], r[1], r[2], r[3]], score: r[4], class: r[5] as usize }).collect();
         assert!(got.windows(2).all(|w| w[0].score >= w[1].score), "best first");
@@ -201,6 +201,7 @@ fn yolo9t_export_matches_our_eval_on_coco128_images() {
     let cfg = libreyolo_run::predict::PredictConfig {
         nms: NmsConfig { conf: 0.25, iou: 0.45, max_det: 300, max_candidates: 30_000 },
         imgsz: (320, 320),
+        resize: Default::default(),
         compute: None,
         crop_pct: 1.0,
         interpolation: Default::default(),

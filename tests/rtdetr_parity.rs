@@ -230,7 +230,7 @@ fn rtdetr_postprocess_matches_libreyolo() {
     let (rows, a) = (dims[1], dims[2]);
     let cfg = NmsConfig { conf: 0.0, iou: 0.65, max_det: want.get("max_det").to_f32()[0] as usize, max_candidates: 30_000 };
     for i in 0..dims[0] {
-        let dets = nms::detect(&values[i * rows * a..(i + 1) * rows * a], head.nc(), head.labels(), a, 1.0, (w as u32, h as u32), &cfg);
+        let dets = nms::detect(&values[i * rows * a..(i + 1) * rows * a], head.nc(), head.labels(), a, [1.0; 2], (w as u32, h as u32), &cfg);
         let (boxes, scores, classes) =
             (want.get(&format!("boxes_{i}")).to_f32(), want.get(&format!("scores_{i}")).to_f32(), want.get(&format!("classes_{i}")).to_f32());
         assert_eq!(dets.len(), scores.len(), "image {i}: max_det detections");

@@ -51,7 +51,8 @@ pub fn open(loaded: &LoadedManifest, cfg: &DatasetConfig, split: Split) -> Resul
         CacheMode::Ram => StageCache::Ram,
         CacheMode::Disk => StageCache::Disk,
     };
-    let target = (m.run.imgsz.height(), m.run.imgsz.width());
+    // A stretch reads the images as decoded: the one resize is its own.
+    let target = m.data.resize.pre_resizes().then(|| (m.run.imgsz.height(), m.run.imgsz.width()));
     let opened = match cfg.layout {
         Layout::Yolo => Dataset::open(name, sources, cfg.nc(), target, cache),
         Layout::Folder => Dataset::open_folder(name, sources, &cfg.names, cache),
@@ -92,7 +93,7 @@ pub fn transforms(loaded: &LoadedManifest, layout: Layout) -> Transforms {
     match layout {
         Layout::Yolo => {
             let aug = augment(loaded);
-            Transforms { train: Transform::Detect(aug), closed: Transform::Detect(aug.without_mosaic()), val: Transform::Letterbox }
+            Transforms { train: Transform::Detect(aug), closed: Transform::Detect(aug.without_mosaic()), val: Transform::Resize(aug.resize) }
         }
         Layout::Folder => {
             let aug = ClassifyAugment { scale: a.crop_scale, flip_prob: a.flip_prob, flipud: a.flipud, interpolation: a.interpolation };
@@ -117,6 +118,7 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
         hsv_prob: a.hsv_prob,
         flip_prob: a.flip_prob,
         flipud: a.flipud,
+        resize: loaded.manifest.data.resize,
     }
 }
 

@@ -1,4 +1,4 @@
-//! Inference on images. A detector: letterbox, the network in eval mode, the head's candidates
+//! Inference on images. A detector: letterbox (or stretch), the network in eval mode, the head's candidates
 //! and class-aware NMS (the validation path with predict's thresholds), then annotated copies
 //! of the images and one JSON of every detection in original-image pixels. A classifier: the
 //! evaluation centre crop, class probabilities, the top five classes of each image in the JSON.
@@ -9,7 +9,8 @@ use anyhow::Context;
 use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 use image::RgbImage;
 use libreyolo_families::{Network, ParamStore};
-use libreyolo_stages::data::augment::{Boxes, letterbox};
+use libreyolo_stages::data::augment::Boxes;
+use libreyolo_stages::data::augment::resize::Resize;
 use libreyolo_stages::data::image as img;
 use libreyolo_stages::val::nms::{self, Det, NmsConfig};
 use serde::Serialize;
@@ -21,8 +22,10 @@ use crate::capture::forward::{Forward, ForwardFn, ForwardGraph, fused_eval_forwa
 #[derive(Debug, Clone)]
 pub struct PredictConfig {
     pub nms: NmsConfig,
-    /// Letterbox size (height, width), multiples of 32.
+    /// Input size (height, width), multiples of 32.
     pub imgsz: (u32, u32),
+    /// How an image meets it (`data.resize`): letterbox or stretch, as in training.
+    pub resize: Resize,
     pub compute: Option<FloatDType>,
     /// A classifier's evaluation crop (`augment.crop_pct`, `augment.interpolation`).
     pub crop_pct: f64,
@@ -83,11 +86,11 @@ pub fn sources(source: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// The letterboxed image as a (1, 3, H, W) tensor in [0, 1], and the letterbox ratio.
-pub fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor<4>, f32) {
+/// The resized image as a (1, 3, H, W) tensor in [0, 1], and the resize's (x, y) scale.
+pub fn preprocess(image: &RgbImage, device: &Device, cfg: &PredictConfig) -> (Tensor<4>, [f32; 2]) {
     let (h, w) = cfg.imgsz;
-    let (boxed, ratio) = letterbox::apply(image, &mut Boxes::default(), h, w);
-    (to_tensor(&boxed, device), ratio)
+    let (resized, scale) = cfg.resize.apply(image, &mut Boxes::default(), h, w);
+    (to_tensor(&resized, device), scale)
 }
 
 /// An RGB image as a (1, 3, H, W) tensor in [0, 1].
@@ -132,14 +135,14 @@ pub fn detect<'a>(
     cfg: &PredictConfig,
     graphs: &mut CaptureManager<ForwardGraph<'a>>,
 ) -> anyhow::Result<Vec<Det>> {
-    let (x, ratio) = preprocess(image, device, cfg);
+    let (x, scale) = preprocess(image, device, cfg);
     let mut forward = Forward { f: forward.clone(), device: device.clone(), input: x, dtype: cfg.compute };
     let key = forward.key();
     let pred = graphs.run(&key, &mut forward);
     let [_, _, a] = pred.dims();
     let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let labels = network.detector("`predict`")?.labels();
-    Ok(nms::detect(&values, network.head().nc(), labels, a, ratio, image.dimensions(), &cfg.nms))
+    Ok(nms::detect(&values, network.head().nc(), labels, a, scale, image.dimensions(), &cfg.nms))
 }
 
 /// Runs every image of `files`, writes (a detector) `<out>/<file name>` annotated and

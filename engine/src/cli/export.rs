@@ -80,7 +80,7 @@ pub fn run(args: &ExportArgs) -> Result<(), Failure> {
     // The graph is recorded, never run: the weights stay on the CPU whatever `device` says.
     let (network, params) = super::eval_network(&loaded, nc, &weights, &burn::tensor::Device::flex())?;
     let names = (0..nc).map(|i| names.get(i).cloned().unwrap_or_else(|| i.to_string())).collect();
-    let info = ModelInfo::new(&network, &m.model.family, &m.model.size, names);
+    let info = ModelInfo { resize: m.data.resize, ..ModelInfo::new(&network, &m.model.family, &m.model.size, names) };
     // The manifest's loader has checked that imgsz is a multiple of the network's stride.
     let (h, w) = (m.run.imgsz.height(), m.run.imgsz.width());
     let dynamic = own.dynamic && !own.nms;

@@ -69,6 +69,7 @@ pub fn run(args: &PredictArgs) -> Result<(), Failure> {
     let cfg = PredictConfig {
         nms: NmsConfig { conf: own.nms.conf, iou: own.nms.iou, max_det: own.nms.max_det, max_candidates: m.val.max_candidates },
         imgsz: (m.run.imgsz.height(), m.run.imgsz.width()),
+        resize: m.data.resize,
         compute: precision.compute,
         crop_pct: m.augment.crop_pct,
         interpolation: m.augment.interpolation,

@@ -9,6 +9,7 @@ use std::path::Path;
 use anyhow::Context;
 use burn::tensor::FloatDType;
 use libreyolo_families::{Network, ParamStore};
+use libreyolo_stages::data::augment::resize::Resize;
 use onnx_protobuf::Message;
 
 /// A deployment format.
@@ -64,6 +65,9 @@ pub struct ModelInfo {
     pub names: Vec<String>,
     /// The largest stride of a detector's maps (1 for a classifier).
     pub stride: usize,
+    /// The input contract: a letterbox writes LibreYOLO's `letterbox_pad`, a stretch (its DETR
+    /// families) writes none.
+    pub resize: Resize,
 }
 
 impl ModelInfo {
@@ -76,6 +80,7 @@ impl ModelInfo {
             task: if detector.is_some() { "detect" } else { "classify" },
             names,
             stride: detector.map_or(1, |d| d.strides().iter().copied().max().unwrap_or(1)),
+            resize: Resize::Letterbox,
         }
     }
 }
@@ -169,9 +174,9 @@ fn metadata(info: &ModelInfo, o: &ExportOptions) -> Vec<(String, String)> {
         ("half", py(o.half)),
         ("segmentation", "false".to_string()),
         ("obb", "false".to_string()),
-        ("letterbox_pad", "topleft".to_string()),
     ]
     .into_iter()
+    .chain((info.resize == Resize::Letterbox).then(|| ("letterbox_pad", "topleft".to_string())))
     .chain(o.nms.iter().flat_map(|n| {
         [
             ("nms", "true".to_string()),

@@ -102,6 +102,10 @@ pub struct DataSettings {
     /// Per-image cap on ground-truth boxes; targets are padded to this many rows.
     #[serde(default = "defaults::max_labels")]
     pub max_labels: usize,
+    /// How an image meets the input in training, validation and predict: "letterbox" (the
+    /// default) or "stretch" (LibreYOLO's DETR families).
+    #[serde(default)]
+    pub resize: libreyolo_stages::data::augment::resize::Resize,
     /// Benchmarks: every step trains on the epoch's first batch again (the step time in
     /// isolation, without the loader; LibreYOLO's documented way of timing a step).
     #[serde(default)]

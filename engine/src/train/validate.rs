@@ -1,5 +1,5 @@
 //! Validation on the EMA weights, by what the network's head does ([`Task`]). Detection:
-//! letterboxed batches, the network in eval mode, decoded predictions read back once per batch,
+//! letterboxed (or stretched) batches, the network in eval mode, decoded predictions read back once per batch,
 //! the head's candidates, class-aware NMS, then COCO mAP against the split's labels.
 //! Classification: centre-cropped batches, class probabilities read back once per batch, top-1
 //! and top-5 accuracy.
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use burn::tensor::{Device, Tensor};
 use libreyolo_families::Network;
 use libreyolo_families::block::Detector;
-use libreyolo_stages::data::{Dataset, Loader};
+use libreyolo_stages::data::{Dataset, Loader, Transform};
 use libreyolo_stages::val::coco::{self, Detection};
 use libreyolo_stages::val::nms::{self, NmsConfig};
 
@@ -120,6 +120,9 @@ pub fn validate(
     let cfg = loader.config();
     // LibreYOLO scores a query head's detections at any confidence (`COCO_TOPK_FAMILIES`)
     let nms_cfg = &if head.labels() == nms::Labels::TopK { NmsConfig { conf: 0.0, ..*nms_cfg } } else { *nms_cfg };
+    let Transform::Resize(resize) = cfg.transform else {
+        anyhow::bail!("a detector is validated on resized images, not on {:?} samples", cfg.transform);
+    };
     let mut dets: Vec<Detection> = vec![];
     for batch in loader.epoch(0).iter() {
         let indices = batch.indices.clone();
@@ -129,9 +132,9 @@ pub fn validate(
         let values = pred.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
         for (k, &index) in indices.iter().enumerate().take(b) {
             let (ow, oh) = ds.items[index].size;
-            let ratio = (cfg.height as f32 / oh as f32).min(cfg.width as f32 / ow as f32);
+            let scale = resize.scale((ow, oh), cfg.height, cfg.width);
             let image_pred = &values[k * rows * a..(k + 1) * rows * a];
-            for d in nms::detect(image_pred, head.nc(), head.labels(), a, ratio, (ow, oh), nms_cfg) {
+            for d in nms::detect(image_pred, head.nc(), head.labels(), a, scale, (ow, oh), nms_cfg) {
                 let [x1, y1, x2, y2] = d.xyxy.map(|v| v as f64);
                 dets.push(Detection { image: index, category: d.class, bbox: [x1, y1, x2 - x1, y2 - y1], score: d.score as f64 });
             }

@@ -59,8 +59,9 @@ pub struct Dataset {
 
 impl Dataset {
     /// Scans `sources` (folders and/or `.txt` lists) of one split of a YOLO dataset: each
-    /// image's boxes from the `.txt` beside it.
-    pub fn open(split: &str, sources: &[PathBuf], nc: usize, target: (u32, u32), cache: CacheMode) -> Result<Arc<Self>, DatasetError> {
+    /// image's boxes from the `.txt` beside it. `target`: the (H, W) its images are pre-resized
+    /// to (longer side fitted), or `None` to keep them as decoded (a stretch resizes once).
+    pub fn open(split: &str, sources: &[PathBuf], nc: usize, target: impl Into<Option<(u32, u32)>>, cache: CacheMode) -> Result<Arc<Self>, DatasetError> {
         let mut files = vec![];
         for source in sources {
             list_images(split, source, &mut files)?;
@@ -68,7 +69,7 @@ impl Dataset {
         files.sort();
         files.dedup();
         let files = files.into_iter().map(|f| (f, None)).collect();
-        Self::scan(split, sources, files, nc, Some(target), cache)
+        Self::scan(split, sources, files, nc, target.into(), cache)
     }
 
     /// Scans one split of an ImageFolder dataset: every image under `source/CLASS/` (its

@@ -44,8 +44,8 @@ pub struct LoaderConfig {
 pub enum Transform {
     /// Detection training: [`sample::train_sample`].
     Detect(Augment),
-    /// Detection validation: letterbox only.
-    Letterbox,
+    /// Detection validation: the resize only (letterbox or stretch).
+    Resize(super::augment::resize::Resize),
     /// Classification training: random resized crop and flips.
     Classify(ClassifyAugment),
     /// Classification evaluation: resize to `size / crop_pct`, centre crop.
@@ -169,7 +169,7 @@ fn make_batches(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, spans: &[Vec<usize
             let rng = || StdRng::seed_from_u64(mix(cfg.seed, epoch, global));
             match &cfg.transform {
                 Transform::Detect(aug) => sample::train_sample(ds, index, aug, (h, w), &mut rng()),
-                Transform::Letterbox => sample::val_sample(ds, index, (h, w)).0,
+                Transform::Resize(resize) => sample::val_sample(ds, index, (h, w), *resize).0,
                 Transform::Classify(aug) => classify::train_sample(ds, index, aug, (h, w), &mut rng()),
                 Transform::CentreCrop { crop_pct, interpolation } => classify::val_sample(ds, index, (h, w), *crop_pct, *interpolation),
             }

@@ -3,8 +3,8 @@
 //! of worker threads ahead of the training step.
 //!
 //! ```text
-//! dataset.yaml -> config -> images + labels (source, labels) -> decode + pre-resize (image)
-//!   -> [mosaic -> random affine] -> HSV -> flips -> letterbox  (augment, sample)
+//! dataset.yaml -> config -> images + labels (source, labels) -> decode [+ pre-resize] (image)
+//!   -> [mosaic -> random affine] -> HSV -> flips -> letterbox or stretch  (augment, sample)
 //!   -> batch: u8 images (B, 3, H, W) + f32 targets (B, max_labels, 5)  (loader)
 //! ```
 

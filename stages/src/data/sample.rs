@@ -7,7 +7,8 @@
 //!    then, with `mixup_prob` and boxes left, mixes in an annotated partner;
 //!    otherwise the pre-resized image;
 //! 2. HSV jitter, horizontal and vertical flips (YOLOX: only when there are boxes), letterbox
-//!    to (H, W);
+//!    to (H, W), or stretch (`data.resize`: RT-DETR's `RTDETRTrainTransform`, which reads the
+//!    image before the pre-resize);
 //! 3. boxes of 1 px or less dropped; if none is left, the un-augmented image is used instead;
 //! 4. YOLOv9, after a mosaic, with `mixup_prob`: MixUp with a partner sample made by steps 2-3;
 //! 5. targets `[cls, x1, y1, x2, y2]` normalised to [0, 1].
@@ -16,7 +17,8 @@ use image::RgbImage;
 use rand::Rng;
 
 use super::augment::mixup;
-use super::augment::{Boxes, affine, flip, hsv, letterbox, mosaic};
+use super::augment::resize::Resize;
+use super::augment::{Boxes, affine, flip, hsv, mosaic};
 use super::dataset::Dataset;
 
 /// Augmentation settings (the manifest's `[augment]`).
@@ -35,6 +37,8 @@ pub struct Augment {
     pub hsv_prob: f64,
     pub flip_prob: f64,
     pub flipud: f64,
+    /// How the image meets (H, W): letterbox, or stretch (then the dataset is not pre-resized).
+    pub resize: Resize,
 }
 
 impl Augment {
@@ -127,17 +131,17 @@ fn augmented(ds: &Dataset, index: usize, mosaic: bool, aug: &Augment, (height, w
     finish(image, boxes, aug, (height, width), index, rng)
 }
 
-/// HSV, flips, letterbox, tiny-box filter with fallback, normalisation.
+/// HSV, flips, letterbox (or stretch), tiny-box filter with fallback, normalisation.
 fn finish(mut image: RgbImage, mut boxes: Boxes, aug: &Augment, (height, width): (u32, u32), index: usize, rng: &mut impl Rng) -> Sample {
     if aug.pipeline == Pipeline::Yolox && boxes.is_empty() {
         // YOLOX's TrainTransform letterboxes an image without boxes as it is.
-        let (out, _) = letterbox::apply_owned(image, &mut boxes, height, width);
+        let (out, _) = aug.resize.apply_owned(image, &mut boxes, height, width);
         return Sample { image: out, targets: vec![], index };
     }
-    // When no box would survive the letterbox's tiny-box filter, the sample falls back to the
+    // When no box would survive the resize's tiny-box filter, the sample falls back to the
     // image before HSV and flips: keep a copy only then (it was a 1.2 MB copy per sample). The
     // margin covers the flips' rounding (W - x2 vs x2), so a box counted here surely survives.
-    let survives = letterbox::scaled_sides(&boxes, image.dimensions(), height, width).any(|(w, h)| w > 1.001 && h > 1.001);
+    let survives = aug.resize.scaled_sides(&boxes, image.dimensions(), height, width).into_iter().any(|(w, h)| w > 1.001 && h > 1.001);
     let original = (!boxes.is_empty() && !survives).then(|| (image.clone(), boxes.clone()));
     if rng.random::<f64>() < aug.hsv_prob {
         hsv::jitter(&mut image, rng);
@@ -148,23 +152,23 @@ fn finish(mut image: RgbImage, mut boxes: Boxes, aug: &Augment, (height, width):
     if rng.random::<f64>() < aug.flipud {
         flip::vertical(&mut image, &mut boxes);
     }
-    let (mut out, _) = letterbox::apply_owned(image, &mut boxes, height, width);
+    let (mut out, _) = aug.resize.apply_owned(image, &mut boxes, height, width);
     boxes.keep_larger_than(1.0);
     if boxes.is_empty()
         && let Some((img, mut b)) = original
     {
-        out = letterbox::apply(&img, &mut b, height, width).0;
+        out = aug.resize.apply(&img, &mut b, height, width).0;
         boxes = b;
     }
     Sample { image: out, targets: normalise(&boxes, height, width), index }
 }
 
-/// A validation sample: letterbox only. Returns the sample and the letterbox ratio against the
-/// pre-resized image (boxes map back through `letterbox::unapply`).
-pub fn val_sample(ds: &Dataset, index: usize, (height, width): (u32, u32)) -> (Sample, f32) {
+/// A validation sample: the resize only. Returns the sample and the (x, y) scale from the
+/// dataset's image (pre-resized for a letterbox) to it.
+pub fn val_sample(ds: &Dataset, index: usize, (height, width): (u32, u32), resize: Resize) -> (Sample, [f32; 2]) {
     let (img, mut boxes) = ds.load(index);
-    let (out, r) = letterbox::apply(&img, &mut boxes, height, width);
-    (Sample { image: out, targets: normalise(&boxes, height, width), index }, r)
+    let (out, s) = resize.apply(&img, &mut boxes, height, width);
+    (Sample { image: out, targets: normalise(&boxes, height, width), index }, s)
 }
 
 fn normalise(boxes: &Boxes, height: u32, width: u32) -> Vec<[f32; 5]> {
@@ -180,6 +184,8 @@ fn normalise(boxes: &Boxes, height: u32, width: u32) -> Vec<[f32; 5]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::augment::letterbox;
+    use crate::data::image::resize;
     use rand::SeedableRng;
 
     fn augment() -> Augment {
@@ -195,6 +201,7 @@ mod tests {
             hsv_prob: 1.0,
             flip_prob: 1.0,
             flipud: 0.0,
+            resize: Resize::Letterbox,
         }
     }
 
@@ -239,5 +246,26 @@ mod tests {
             let yolo9 = finish(img.clone(), Boxes::default(), &augment(), (48, 64), 0, &mut rng);
             assert_ne!(yolo9.image.as_raw(), plain.as_raw(), "seed {seed}: YOLOv9 flips it (flip_prob 1)");
         }
+    }
+
+    /// RT-DETR's stretch: each axis scaled on its own (x by 64/128, y by 48/32 here), the flip
+    /// in the original's pixels, the 1-px filter after the stretch, and the fallback to the
+    /// plain stretch of the image when every box falls under it.
+    #[test]
+    fn a_stretched_sample_scales_each_axis_and_filters_after_the_stretch() {
+        let img = picture(128, 32);
+        let stretch = Augment { resize: Resize::Stretch, hsv_prob: 0.0, ..augment() };
+        let plain = resize(&img, 64, 48);
+        // 1.5 px high in the original, 2.25 after the stretch: kept (a letterbox would halve it).
+        let low = Boxes { xyxy: vec![[10.0, 10.0, 60.0, 11.5]], cls: vec![1] };
+        let kept = finish(img.clone(), low, &stretch, (48, 64), 0, &mut rand::rngs::StdRng::seed_from_u64(0));
+        assert_ne!(kept.image.as_raw(), plain.as_raw(), "flipped (flip_prob 1)");
+        let want = [1.0, 34.0 / 64.0, 15.0 / 48.0, 59.0 / 64.0, 17.25 / 48.0];
+        assert!(kept.targets[0].iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6), "{:?}", kept.targets);
+        // 1.5 px wide, 0.75 after the stretch: gone, and the sample is the plain stretch.
+        let narrow = Boxes { xyxy: vec![[10.0, 10.0, 11.5, 30.0]], cls: vec![2] };
+        let fallback = finish(img.clone(), narrow, &stretch, (48, 64), 0, &mut rand::rngs::StdRng::seed_from_u64(0));
+        assert_eq!(fallback.image.as_raw(), plain.as_raw());
+        assert_eq!(fallback.targets.len(), 1, "LibreYOLO keeps the original boxes in its fallback");
     }
 }

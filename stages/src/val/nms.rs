@@ -1,7 +1,7 @@
 //! From decoded predictions to final detections (LibreYOLO's postprocess): every (anchor,
 //! class) with score above `conf` is a candidate (`Labels::Multi`, YOLOv9), or each anchor's best
 //! class alone (`Labels::Best`, YOLOX); for multi-label candidates the best
-//! `max_candidates` are kept; boxes are mapped back through the letterbox and clipped;
+//! `max_candidates` are kept; boxes are mapped back through the resize and clipped;
 //! class-aware NMS at `iou`; the best `max_det` remain. A query head (`Labels::TopK`, RT-DETR)
 //! keeps the best `max_det` (query, class) pairs above `conf`, its boxes mapped back unclipped,
 //! and no NMS.
@@ -25,10 +25,11 @@ pub struct NmsConfig {
 }
 
 /// Detections of one image from its predictions `(4 + nc, A)` (row-major: `pred[row * a + i]`),
-/// boxes xyxy in letterboxed pixels; `ratio` maps them back to a `(width, height)` image.
-pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, ratio: f32, (width, height): (u32, u32), cfg: &NmsConfig) -> Vec<Det> {
+/// boxes xyxy in the input's pixels; dividing by `[sx, sy]` (the resize's scale) maps them back
+/// to a `(width, height)` image.
+pub fn detect(pred: &[f32], nc: usize, labels: Labels, a: usize, [sx, sy]: [f32; 2], (width, height): (u32, u32), cfg: &NmsConfig) -> Vec<Det> {
     let mut candidates = candidates(pred, nc, labels, a, cfg.conf);
-    let xyxy = |i: usize| [pred[i], pred[a + i], pred[2 * a + i], pred[3 * a + i]].map(|v| v / ratio);
+    let xyxy = |i: usize| [pred[i] / sx, pred[a + i] / sy, pred[2 * a + i] / sx, pred[3 * a + i] / sy];
     if labels == Labels::TopK {
         // `torch.topk` over the flattened (query, class) scores: ties go to the lower index
         candidates.sort_by(|x, y| y.0.total_cmp(&x.0).then((x.1, x.2).cmp(&(y.1, y.2))));
@@ -114,12 +115,12 @@ mod tests {
         // Two anchors, two classes: anchor 0 scores 0.5 and 0.4 (both kept: different classes).
         let pred = [10.0, 50.0, 10.0, 50.0, 30.0, 70.0, 30.0, 70.0, 0.5, 0.0001, 0.4, 0.0002];
         let cfg = NmsConfig { conf: 0.001, iou: 0.65, max_det: 300, max_candidates: 30000 };
-        let dets = detect(&pred, 2, Labels::Multi, 2, 0.5, (100, 100), &cfg);
+        let dets = detect(&pred, 2, Labels::Multi, 2, [0.5; 2], (100, 100), &cfg);
         assert_eq!(dets.len(), 2);
         assert_eq!(dets[0].xyxy, [20.0, 20.0, 60.0, 60.0]);
         assert_eq!((dets[0].class, dets[1].class), (0, 1));
         // YOLOX's postprocess: anchor 0's best class alone.
-        let best = detect(&pred, 2, Labels::Best, 2, 0.5, (100, 100), &cfg);
+        let best = detect(&pred, 2, Labels::Best, 2, [0.5; 2], (100, 100), &cfg);
         let got: Vec<(usize, f32)> = best.iter().map(|d| (d.class, d.score)).collect();
         assert_eq!(got, vec![(0, 0.5)]);
     }
@@ -137,13 +138,13 @@ mod tests {
             0.2, 0.8, 0.0005, // class 1
         ];
         let cfg = NmsConfig { conf: 0.001, iou: 0.65, max_det: 4, max_candidates: 30000 };
-        let dets = detect(&pred, 2, Labels::TopK, 3, 0.5, (100, 100), &cfg);
+        let dets = detect(&pred, 2, Labels::TopK, 3, [0.5; 2], (100, 100), &cfg);
         let got: Vec<(usize, usize, f32)> = dets.iter().map(|d| ((d.xyxy[0] as usize), d.class, d.score)).collect();
         // 0.8 twice: query 1's class 0 before its class 1 (torch.topk's flat order); query 2's
         // class 1 is under `conf`, and `max_det` cuts the rest
         assert_eq!(got, vec![(20, 0, 0.9), (20, 0, 0.8), (20, 1, 0.8), (160, 0, 0.3)]);
         assert_eq!(dets[3].xyxy, [160.0, 160.0, 480.0, 480.0], "unclipped, as LibreYOLO leaves a query's box");
-        let fewer = detect(&pred, 2, Labels::TopK, 3, 0.5, (100, 100), &NmsConfig { max_det: 2, ..cfg });
+        let fewer = detect(&pred, 2, Labels::TopK, 3, [0.5; 2], (100, 100), &NmsConfig { max_det: 2, ..cfg });
         assert_eq!(fewer.len(), 2);
     }
 }

@@ -1,4 +1,4 @@
-//! Augmentations of LibreYOLO's YOLOv9 and YOLOX pipelines, each on an RGB image and pixel xyxy boxes.
+//! Augmentations of LibreYOLO's YOLOv9, YOLOX and RT-DETR pipelines, each on an RGB image and pixel xyxy boxes.
 
 pub mod affine;
 pub mod flip;
@@ -6,6 +6,7 @@ pub mod hsv;
 pub mod letterbox;
 pub mod mixup;
 pub mod mosaic;
+pub mod resize;
 
 /// Boxes in pixels, `[x1, y1, x2, y2]`, with their classes.
 #[derive(Debug, Clone, Default, PartialEq)]
