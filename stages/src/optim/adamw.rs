@@ -10,10 +10,10 @@ use burn::tensor::Tensor;
 use libreyolo_families::params::update_in_place;
 use libreyolo_families::{ParamId, ParamStore};
 
-use super::{Groups, Optimizer, Scalars, device_scalar, scaled_lr, trainable, update_param, write_scalar, zeros_for};
+use super::{Groups, Optimizer, Rates, Resolved, Scalars, device_scalar, trainable, update_param, write_scalar, zeros_for};
 
 pub struct AdamW {
-    pub groups: Groups,
+    pub groups: Resolved,
     pub beta2: f64,
     pub eps: f64,
     /// Steps taken (`[1]`, f32, exact to 2^24), on the device; created by `init_state`.
@@ -25,7 +25,7 @@ pub struct AdamW {
 
 impl AdamW {
     pub fn new(groups: Groups) -> Self {
-        Self { groups, beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: HashMap::new() }
+        Self { groups: Resolved::new(groups), beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: HashMap::new() }
     }
 
     /// Advances the step count; this step's bias corrections `(1 - b1^t, 1 - b2^t)`, with this
@@ -58,10 +58,10 @@ impl Optimizer for AdamW {
         let (b2, eps) = (self.beta2, self.eps);
         let stable = store.stable_buffers();
         let (bias1, bias2) = self.next_bias_corrections(store, &s.momentum);
+        let mut rates = Rates::new(s);
         for (id, g) in grads {
-            let entry = store.entry(id);
-            let hyper = self.groups.of(&entry.name, entry.role);
-            let lr = scaled_lr(s, hyper.lr_scale);
+            let hyper = self.groups.of(store, id);
+            let lr = rates.at(hyper.lr_scale);
             let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
             update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
             update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));

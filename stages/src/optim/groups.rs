@@ -8,7 +8,9 @@
 //! no group takes has the base learning rate and the base weight decay, whatever its role — what
 //! `torch.optim.AdamW(param_groups)` does with the last, catch-all group.
 
-use libreyolo_families::Role;
+use std::collections::HashMap;
+
+use libreyolo_families::{ParamId, ParamStore, Role};
 use regex::Regex;
 
 /// One declared group.
@@ -64,6 +66,29 @@ impl Groups {
     /// The first group whose every pattern matches `name`.
     fn first_match(&self, name: &str) -> Option<usize> {
         self.groups.iter().position(|g| g.names.iter().all(|r| r.is_match(name)))
+    }
+}
+
+/// [`Groups`] with each parameter's [`Hyper`] kept from its first step: the patterns run once
+/// a parameter, not once a step.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub groups: Groups,
+    hypers: HashMap<ParamId, Hyper>,
+}
+
+impl Resolved {
+    pub fn new(groups: Groups) -> Self {
+        Self { groups, hypers: HashMap::new() }
+    }
+
+    /// The [`Hyper`] of the parameter `id` of `store`.
+    pub fn of(&mut self, store: &ParamStore, id: ParamId) -> Hyper {
+        let groups = &self.groups;
+        *self.hypers.entry(id).or_insert_with(|| {
+            let entry = store.entry(id);
+            groups.of(&entry.name, entry.role)
+        })
     }
 }
 

@@ -12,13 +12,34 @@ use libreyolo_families::params::update_in_place;
 use libreyolo_families::{ParamId, ParamStore, Value};
 
 pub use adamw::AdamW;
-pub use groups::{Group, Groups, Hyper};
+pub use groups::{Group, Groups, Hyper, Resolved};
 pub use sgd::Sgd;
 
-/// The learning rate of a parameter whose group scales it by `scale`: this step's device scalar,
-/// scaled on the device (so a replayed graph reads the new step's rate).
-pub(crate) fn scaled_lr(s: &Scalars, scale: f64) -> Tensor<1> {
-    if scale == 1.0 { s.lr.clone() } else { s.lr.clone().mul_scalar(scale) }
+/// This step's learning rate at each scale the groups set: the device scalar, scaled on the
+/// device (so a replayed graph reads the new step's rate), once a scale rather than once a
+/// parameter.
+pub(crate) struct Rates<'a> {
+    scalars: &'a Scalars,
+    scaled: Vec<(f64, Tensor<1>)>,
+}
+
+impl<'a> Rates<'a> {
+    pub(crate) fn new(scalars: &'a Scalars) -> Self {
+        Self { scalars, scaled: vec![] }
+    }
+
+    /// The rate of a parameter whose group scales it by `scale`.
+    pub(crate) fn at(&mut self, scale: f64) -> Tensor<1> {
+        if scale == 1.0 {
+            return self.scalars.lr.clone();
+        }
+        if let Some((_, t)) = self.scaled.iter().find(|(s, _)| *s == scale) {
+            return t.clone();
+        }
+        let t = self.scalars.lr.clone().mul_scalar(scale);
+        self.scaled.push((scale, t.clone()));
+        t
+    }
 }
 
 /// Writes `update(p)` into the parameter `id` in place (same shape; see

@@ -8,17 +8,17 @@ use burn::tensor::Tensor;
 use libreyolo_families::{ParamId, ParamStore, Value};
 use libreyolo_kernels::in_place::sgd_step;
 
-use super::{Groups, Optimizer, Scalars, scaled_lr, trainable, zeros_for};
+use super::{Groups, Optimizer, Rates, Resolved, Scalars, trainable, zeros_for};
 
 pub struct Sgd {
-    pub groups: Groups,
+    pub groups: Resolved,
     pub nesterov: bool,
     buffers: HashMap<ParamId, Tensor<1>>,
 }
 
 impl Sgd {
     pub fn new(groups: Groups, nesterov: bool) -> Self {
-        Self { groups, nesterov, buffers: HashMap::new() }
+        Self { groups: Resolved::new(groups), nesterov, buffers: HashMap::new() }
     }
 }
 
@@ -33,10 +33,10 @@ impl Optimizer for Sgd {
     /// exactly torch's `buf = g`. A parameter's whole update, momentum buffer included, is one
     /// kernel on the GPU, written into both tensors' own buffers (`in_place::sgd_step`).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
+        let mut rates = Rates::new(s);
         for (id, grad) in grads {
-            let entry = store.entry(id);
-            let hyper = self.groups.of(&entry.name, entry.role);
-            let lr = scaled_lr(s, hyper.lr_scale);
+            let hyper = self.groups.of(store, id);
+            let lr = rates.at(hyper.lr_scale);
             // Taken out of the map, so the kernel gets the buffer as its last use (in place).
             let buf = self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like());
             let mut new_buf = None;
