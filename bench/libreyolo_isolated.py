@@ -66,18 +66,24 @@ def epoch_rows(results_csv):
     return rows
 
 
-def libreyolo_model(size, device, family="yolo9"):
-    """A fresh LibreYOLO 1.6 network of `family` and `size` (random init, seed 0, 80 classes)."""
+def libreyolo_network(family, size, nc, device, seed):
+    """A fresh LibreYOLO 1.6 network of `family` and `size` with `nc` classes, initialised from
+    `seed` (the same seed, the same weights)."""
     import torch
     import libreyolo
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     cls = getattr(libreyolo, LIBREYOLO_CLASS[family])
     if family == "rtdetr":
         # A scratch build, as ours trains: no ImageNet backbone download (nothing is reachable on
         # the GPU machine), and no stem freeze (LibreYOLO freezes it only for a trained backbone).
-        return cls._from_scratch(size=size, nb_classes=80, device=device, seed=0)
-    return cls(None, size=size, nb_classes=80, device=device)
+        return cls._from_scratch(size=size, nb_classes=nc, device=device, seed=seed)
+    return cls(None, size=size, nb_classes=nc, device=device)
+
+
+def libreyolo_model(size, device, family="yolo9"):
+    """A fresh LibreYOLO 1.6 network of `family` and `size` (random init, seed 0, 80 classes)."""
+    return libreyolo_network(family, size, 80, device, 0)
 
 
 def libreyolo_train(model, data, out, name, batch, dtype, imgsz, device, workers, graph, **extra):

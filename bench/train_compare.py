@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Trained accuracy side by side: a network (`--family yolo9|yolox`, `--size t`; YOLOv9-t by
+"""Trained accuracy side by side: a network (`--family yolo9|yolox|rtdetr`, `--size t`; YOLOv9-t by
 default) trained from scratch by LibreYOLO 1.6 and by libreyolo-run with the same schedule, on
 the same machine, in the same run; prints the mAP of both at every validation and writes a JSON
 under OUT.
 
     python3 bench/train_compare.py BIN DATA_YAML OUT [--epochs 100] [--batch 16] [--imgsz 640]
-        [--dtype bf16] [--workers 8] [--seed 0] [--family yolo9|yolox] [--size t] [--no-aug-epochs N] [--limit 540] [--device cuda] [--sequential]
+        [--dtype bf16] [--workers 8] [--seed 0] [--family yolo9|yolox|rtdetr] [--size t] [--no-aug-epochs N] [--eval-interval N]
+        [--limit 540] [--device cuda] [--sequential]
         [--engines both|ours|libreyolo] [--init-from-libreyolo] [--no-cross-val]
         [-- extra key=value settings for libreyolo-run]
 
@@ -41,11 +42,14 @@ sys.path.insert(0, HERE)
 from compare import precision_args  # noqa: E402 (the manifest's precision of a --dtype)
 from libreyolo_isolated import LIBREYOLO_CLASS, epoch_rows  # noqa: E402 (LibreYOLO's class per family, its epoch rows)
 
+# Each snippet builds its network through libreyolo_isolated.libreyolo_network (bench/ on the
+# path): one place says how a family's network is made without a download.
 LIBREYOLO_TRAIN = r"""
 import json, sys, time, torch, libreyolo
 args = json.loads(sys.argv[1])
-torch.manual_seed(args["seed"])
-model = getattr(libreyolo, args["cls"])(None, size=args["size"], nb_classes=args["nc"], device=args["device"])
+sys.path.insert(0, args["bench"])
+from libreyolo_isolated import libreyolo_network
+model = libreyolo_network(args["family"], args["size"], args["nc"], args["device"], args["seed"])
 t0 = time.time()
 result = model.train(data=args["data"], epochs=args["epochs"], batch=args["batch"], imgsz=args["imgsz"],
                      device=args["device"], workers=args["workers"], seed=args["seed"], project=args["project"], name="libreyolo",
@@ -56,9 +60,10 @@ print("LIBREYOLO_RESULT " + json.dumps({"wall_s": time.time() - t0, "result": re
 
 
 LIBREYOLO_INIT = r"""
-import sys, torch, libreyolo
-torch.manual_seed(int(sys.argv[1]))  # as LIBREYOLO_TRAIN: the seed, then the network
-model = getattr(libreyolo, sys.argv[4])(None, size=sys.argv[5], nb_classes=int(sys.argv[3]), device="cpu")
+import sys, torch
+sys.path.insert(0, sys.argv[6])
+from libreyolo_isolated import libreyolo_network
+model = libreyolo_network(sys.argv[4], sys.argv[5], int(sys.argv[3]), "cpu", int(sys.argv[1]))  # as LIBREYOLO_TRAIN
 if hasattr(model.model, "enable_aux"):
     model.model.enable_aux(weight=0.25)  # YOLOv9: train() attaches the PGI branch next, from the same generator
 torch.save({"model": model.model.state_dict()}, sys.argv[2])
@@ -70,7 +75,9 @@ torch.save({"model": model.model.state_dict()}, sys.argv[2])
 LIBREYOLO_VAL = r"""
 import json, sys, torch, libreyolo
 a = json.loads(sys.argv[1])
-model = getattr(libreyolo, a["cls"])(None, size=a["size"], nb_classes=a["nc"], device=a["device"])
+sys.path.insert(0, a["bench"])
+from libreyolo_isolated import libreyolo_network
+model = libreyolo_network(a["family"], a["size"], a["nc"], a["device"], 0)
 if a["weights"].endswith(".safetensors"):
     from safetensors.torch import load_file
     state = load_file(a["weights"])
@@ -88,7 +95,7 @@ missing, unexpected = model.model.load_state_dict(state, strict=False)
 missing = [k for k in missing if not k.startswith("aux")]
 unexpected = [k for k in unexpected if not k.startswith("aux")]
 if missing or unexpected:
-    sys.exit(f"weights do not match LibreYOLO's {a['cls']} {a['size']}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    sys.exit(f"weights do not match LibreYOLO's {a['family']} {a['size']}: missing {missing[:5]}, unexpected {unexpected[:5]}")
 half = a["dtype"] != "f32"
 m = model.val(data=a["data"], batch=a["batch"], imgsz=a["imgsz"], device=a["device"], workers=a["workers"],
               half=half, amp_dtype={"bf16": "bfloat16"}.get(a["dtype"], "float16"), verbose=False,
@@ -111,8 +118,14 @@ def libreyolo_command(args, out):
     settings = dict(data=args.data, nc=dataset_nc(args.data), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
                     workers=args.workers, seed=args.seed, project=out, amp=amp,
                     amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
-                    graph=args.device != "cpu", cls=LIBREYOLO_CLASS[args.family], size=args.size, recipe={"no_aug_epochs": args.no_aug_epochs} if args.no_aug_epochs is not None else {})
+                    graph=args.device != "cpu", family=args.family, bench=HERE, size=args.size, recipe=recipe(args))
     return [sys.executable, "-c", LIBREYOLO_TRAIN, json.dumps(settings)]
+
+
+def recipe(args):
+    """LibreYOLO's `train()` keywords that this run sets for both engines (ours: `ours_command`)."""
+    r = {"no_aug_epochs": args.no_aug_epochs} if args.no_aug_epochs is not None else {}
+    return r | ({"eval_interval": args.eval_interval} if args.eval_interval else {})
 
 
 def ours_command(args, out):
@@ -126,13 +139,15 @@ def ours_command(args, out):
         cmd += [f"weights={libreyolo_init(args, out)}"]
     if args.no_aug_epochs is not None:
         cmd += [f"no_aug_epochs={args.no_aug_epochs}"]
+    if args.eval_interval:
+        cmd += [f"val.eval_interval={args.eval_interval}"]
     return cmd + args.extra
 
 
 def libreyolo_init(args, out):
     """LibreYOLO's initial network (family, size) of `args.seed`, saved as a checkpoint our trainer loads."""
     path = os.path.join(out, f"init-seed{args.seed}.pt")
-    subprocess.run([sys.executable, "-c", LIBREYOLO_INIT, str(args.seed), path, str(dataset_nc(args.data)), LIBREYOLO_CLASS[args.family], args.size],
+    subprocess.run([sys.executable, "-c", LIBREYOLO_INIT, str(args.seed), path, str(dataset_nc(args.data)), args.family, args.size, HERE],
                    check=True)
     return path
 
@@ -166,6 +181,7 @@ def main():
     p.add_argument("--family", default="yolo9", choices=sorted(LIBREYOLO_CLASS), help="the family both engines train")
     p.add_argument("--size", default="t")
     p.add_argument("--no-aug-epochs", type=int, help="both engines' epochs without mosaic at the end (default: the family's, 15)")
+    p.add_argument("--eval-interval", type=int, help="both engines validate every N epochs (and after the last; default: the family's)")
     p.add_argument("--limit", type=int, default=540, help="seconds before both trainings are stopped")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--sequential", action="store_true", help="run LibreYOLO first, then ours")
@@ -292,7 +308,7 @@ def ours_val(args, out, path, dtype, device, tag):
 
 
 def libreyolo_val(args, out, path, dtype, device, tag):
-    settings = dict(weights=path, cls=LIBREYOLO_CLASS[args.family], size=args.size, data=args.data, nc=dataset_nc(args.data), batch=args.batch, imgsz=args.imgsz, workers=args.workers, dtype=dtype,
+    settings = dict(weights=path, family=args.family, bench=HERE, size=args.size, data=args.data, nc=dataset_nc(args.data), batch=args.batch, imgsz=args.imgsz, workers=args.workers, dtype=dtype,
                     device="cpu" if device == "cpu" else "cuda", project=os.path.join(out, f"libreyolo-val-{tag}"))
     done = subprocess.run([sys.executable, "-c", LIBREYOLO_VAL, json.dumps(settings)], capture_output=True, text=True)
     line = next((l for l in done.stdout.splitlines() if l.startswith("LIBREYOLO_VAL ")), None)
