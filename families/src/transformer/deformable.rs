@@ -109,7 +109,8 @@ impl Rows {
         // each map's first row of this level: (N, L, 1)
         let first = Tensor::<1, Int>::arange(0..n as i64, &loc.device()).mul_scalar(self.tokens as i64).add_scalar(start as i64).reshape([n, 1, 1]);
         // grid_sample's unnormalisation of g = 2 * loc - 1: ((g + 1) * size - 1) / 2
-        let pixel = |coord: Tensor<3>, size: usize| coord.mul_scalar(2.0).sub_scalar(1.0).add_scalar(1.0).mul_scalar(size as f64).sub_scalar(1.0).div_scalar(2.0);
+        let pixel =
+            |coord: Tensor<3>, size: usize| coord.mul_scalar(2.0).sub_scalar(1.0).add_scalar(1.0).mul_scalar(size as f64).sub_scalar(1.0).div_scalar(2.0);
         let x = pixel(loc.clone().slice_dim(2, 0..1), w);
         let y = pixel(loc.slice_dim(2, 1..2), h);
         let (x0, y0) = (x.clone().detach().floor(), y.clone().detach().floor());
