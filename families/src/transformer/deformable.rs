@@ -2,15 +2,13 @@
 //! samples `points` locations per head and level around its reference box, bilinearly, and sums
 //! them weighted by a softmax over levels x points.
 //!
-//! The sampling is `F.grid_sample(bilinear, zeros, align_corners=False)` written as four row
-//! selections per level: the corner rows of the value map, weighted by the bilinear weights and
+//! The sampling is `F.grid_sample(bilinear, zeros, align_corners=False)` written as four
+//! gathers per level: the corner rows of the value map, weighted by the bilinear weights and
 //! zeroed outside the map. Autodiff then gives the value its scattered gradient and the
-//! locations theirs through the weights, as grid_sample's backward does. Rows, not elements:
-//! a `gather` needs an index per channel (32x the indices at RT-DETR's head size, gigabytes a
-//! step at batch 8), a row `select` one per sample.
+//! locations theirs through the weights, as grid_sample's backward does.
 
 use burn::tensor::activation::softmax;
-use burn::tensor::{FloatDType, Int, Tensor};
+use burn::tensor::{FloatDType, Tensor};
 
 use super::Linear;
 use crate::ctx::Ctx;
@@ -59,9 +57,8 @@ impl MSDeformableAttention {
         let hd = c / nh;
         let [b, nq, _] = query.dims();
         let s = memory.dims()[1];
-        // each head's values, a row a token: (B*H*S, hd)
-        let value = self.value_proj.forward(memory, cx).reshape([b, s, nh, hd]).swap_dims(1, 2).reshape([b * nh * s, hd]);
-        let dtype = FloatDType::from(value.dtype());
+        // (B*H, S, hd): each head's values
+        let value = self.value_proj.forward(memory, cx).reshape([b, s, nh, hd]).swap_dims(1, 2).reshape([b * nh, s, hd]);
         // where to sample, in f32 whatever the compute dtype: (B, Q, H, L*P, 2)
         let offsets = self.sampling_offsets.forward(query.clone(), cx).cast(FloatDType::F32).reshape([b, nq, nh, nl * np, 2]);
         let boxes = boxes.cast(FloatDType::F32).reshape([b, nq, 1, 1, 4]);
@@ -69,16 +66,16 @@ impl MSDeformableAttention {
         let locations = centre.add(offsets.div_scalar(np as f64).mul(size).mul_scalar(0.5));
         let weights = softmax(self.attention_weights.forward(query, cx).reshape([b, nq, nh, nl * np]), 3);
 
-        let rows = Rows { value, maps: b * nh, tokens: s };
         let mut out: Option<Tensor<3>> = None;
         let mut start = 0;
         for (level, &(h, w)) in shapes.iter().enumerate() {
             let points = level * np..(level + 1) * np;
             // (B, Q, H, P, 2) -> (B*H, Q*P, 2)
             let loc = locations.clone().slice_dim(3, points.clone()).permute([0, 2, 1, 3, 4]).reshape([b * nh, nq * np, 2]);
-            let sampled = rows.bilinear(start, loc, h, w);
+            let v = value.clone().slice_dim(1, start..start + h * w);
+            let sampled = bilinear(v, loc, h, w);
             let a = weights.clone().slice_dim(3, points).permute([0, 2, 1, 3]).reshape([b * nh, nq * np, 1]);
-            let level_out = sampled.mul(a.cast(dtype)).reshape([b * nh, nq, np, hd]).sum_dim(2).reshape([b * nh, nq, hd]);
+            let level_out = sampled.mul(a.cast(FloatDType::from(value.dtype()))).reshape([b * nh, nq, np, hd]).sum_dim(2).reshape([b * nh, nq, hd]);
             out = Some(match out {
                 Some(o) => o.add(level_out),
                 None => level_out,
@@ -90,51 +87,38 @@ impl MSDeformableAttention {
     }
 }
 
-/// The value maps of every (image, head) as rows: map `n`'s token `t` is row `n * tokens + t`.
-struct Rows {
-    value: Tensor<2>,
-    maps: usize,
-    tokens: usize,
-}
-
-impl Rows {
-    /// `grid_sample(map as (N, hd, h, w), 2 * loc - 1, bilinear, zeros, align_corners=False)`
-    /// over the level whose `h * w` tokens start at `start` in every map, laid out `(N, L, hd)`
-    /// for `loc` `(N, L, 2)` in [0, 1] (x, y).
-    fn bilinear(&self, start: usize, loc: Tensor<3>, h: usize, w: usize) -> Tensor<3> {
-        let [n, l, _] = loc.dims();
-        debug_assert_eq!(n, self.maps);
-        let hd = self.value.dims()[1];
-        let dtype = self.value.dtype();
-        // each map's first row of this level: (N, L, 1)
-        let first = Tensor::<1, Int>::arange(0..n as i64, &loc.device()).mul_scalar(self.tokens as i64).add_scalar(start as i64).reshape([n, 1, 1]);
-        // grid_sample's unnormalisation of g = 2 * loc - 1: ((g + 1) * size - 1) / 2
-        let pixel =
-            |coord: Tensor<3>, size: usize| coord.mul_scalar(2.0).sub_scalar(1.0).add_scalar(1.0).mul_scalar(size as f64).sub_scalar(1.0).div_scalar(2.0);
-        let x = pixel(loc.clone().slice_dim(2, 0..1), w);
-        let y = pixel(loc.slice_dim(2, 1..2), h);
-        let (x0, y0) = (x.clone().detach().floor(), y.clone().detach().floor());
-        let (fx, fy) = (x.sub(x0.clone()), y.sub(y0.clone()));
-        let mut out: Option<Tensor<3>> = None;
-        for (dx, dy) in [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0)] {
-            let (cx, cy) = (x0.clone().add_scalar(dx), y0.clone().add_scalar(dy));
-            let inside = cx
-                .clone()
-                .greater_equal_elem(0.0)
-                .bool_and(cx.clone().lower_equal_elem((w - 1) as f32))
-                .bool_and(cy.clone().greater_equal_elem(0.0))
-                .bool_and(cy.clone().lower_equal_elem((h - 1) as f32));
-            let wx = if dx == 0.0 { fx.clone().neg().add_scalar(1.0) } else { fx.clone() };
-            let wy = if dy == 0.0 { fy.clone().neg().add_scalar(1.0) } else { fy.clone() };
-            let weight = wx.mul(wy).mul(inside.float());
-            let token = cy.clamp(0.0, (h - 1) as f32).mul_scalar(w as f64).add(cx.clamp(0.0, (w - 1) as f32)).int();
-            let index = token.add(first.clone()).reshape([n * l]);
-            let corner = self.value.clone().select(0, index).reshape([n, l, hd]).mul(weight.cast(FloatDType::from(dtype)));
-            out = Some(match out {
-                Some(o) => o.add(corner),
-                None => corner,
-            });
-        }
-        out.expect("four corners")
+/// `grid_sample(value as (N, hd, h, w), 2 * loc - 1, bilinear, zeros, align_corners=False)`,
+/// laid out `(N, L, hd)` for `loc` `(N, L, 2)` in [0, 1] (x, y).
+fn bilinear(value: Tensor<3>, loc: Tensor<3>, h: usize, w: usize) -> Tensor<3> {
+    let [n, l, _] = loc.dims();
+    let hd = value.dims()[2];
+    // grid_sample's unnormalisation of g = 2 * loc - 1: ((g + 1) * size - 1) / 2
+    let pixel = |coord: Tensor<3>, size: usize| coord.mul_scalar(2.0).sub_scalar(1.0).add_scalar(1.0).mul_scalar(size as f64).sub_scalar(1.0).div_scalar(2.0);
+    let x = pixel(loc.clone().slice_dim(2, 0..1), w);
+    let y = pixel(loc.slice_dim(2, 1..2), h);
+    let (x0, y0) = (x.clone().detach().floor(), y.clone().detach().floor());
+    let (fx, fy) = (x.sub(x0.clone()), y.sub(y0.clone()));
+    let dtype = value.dtype();
+    let mut out: Option<Tensor<3>> = None;
+    for (dx, dy) in [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0)] {
+        let (cx, cy) = (x0.clone().add_scalar(dx), y0.clone().add_scalar(dy));
+        let inside = cx
+            .clone()
+            .greater_equal_elem(0.0)
+            .bool_and(cx.clone().lower_equal_elem((w - 1) as f32))
+            .bool_and(cy.clone().greater_equal_elem(0.0))
+            .bool_and(cy.clone().lower_equal_elem((h - 1) as f32));
+        let wx = if dx == 0.0 { fx.clone().neg().add_scalar(1.0) } else { fx.clone() };
+        let wy = if dy == 0.0 { fy.clone().neg().add_scalar(1.0) } else { fy.clone() };
+        let weight = wx.mul(wy).mul(inside.float());
+        let index = cy.clamp(0.0, (h - 1) as f32).mul_scalar(w as f64).add(cx.clamp(0.0, (w - 1) as f32)).int();
+        let corner = value.clone().gather(1, index.repeat_dim(2, hd)).mul(weight.cast(FloatDType::from(dtype)));
+        out = Some(match out {
+            Some(o) => o.add(corner),
+            None => corner,
+        });
     }
+    let out = out.expect("four corners");
+    debug_assert_eq!(out.dims(), [n, l, hd]);
+    out
 }
