@@ -4,6 +4,11 @@
 
 use burn::tensor::Tensor;
 
+/// `box_ops`' guard on its divisions: `inter / (union + 1e-6)`, `(enclosing - union) /
+/// (enclosing + 1e-6)`. Small boxes feel it (a box of area 0.01 of the image moves its IoU by
+/// 1e-4 of itself), so it is kept exactly.
+const EPS: f64 = 1e-6;
+
 /// `(N, 4)` (cx, cy, w, h) -> (x1, y1, x2, y2).
 pub fn xyxy(b: Tensor<2>) -> Tensor<2> {
     let (c, s) = (b.clone().slice_dim(1, 0..2), b.slice_dim(1, 2..4).mul_scalar(0.5));
@@ -28,7 +33,7 @@ fn iou_parts<const D: usize>(a: [Tensor<D>; 4], b: [Tensor<D>; 4]) -> (Tensor<D>
     let union = area_a.add(area_b).sub(inter.clone());
     let ew = ax2.max_pair(bx2).sub(ax1.min_pair(bx1)).clamp_min(0.0);
     let eh = ay2.max_pair(by2).sub(ay1.min_pair(by1)).clamp_min(0.0);
-    (inter.div(union.clone()), union, ew.mul(eh))
+    (inter.div(union.clone().add_scalar(EPS)), union, ew.mul(eh))
 }
 
 /// `generalized_box_iou(a, b)` of corner boxes `(N, 4)` and `(M, 4)`: `(N, M)`.
@@ -37,7 +42,7 @@ pub fn giou_matrix(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
     let a = corners(a).map(|t| t.expand([n, m]));
     let b = corners(b).map(|t| t.reshape([1, m]).expand([n, m]));
     let (iou, union, enclosing) = iou_parts(a, b);
-    iou.sub(enclosing.clone().sub(union).div(enclosing))
+    iou.sub(enclosing.clone().sub(union).div(enclosing.add_scalar(EPS)))
 }
 
 /// IoU of corner boxes row by row (`diag(box_iou(a, b))`): `(N, 1)`.
@@ -48,5 +53,5 @@ pub fn iou_paired(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
 /// Generalized IoU row by row (`diag(generalized_box_iou(a, b))`): `(N, 1)`.
 pub fn giou_paired(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
     let (iou, union, enclosing) = iou_parts(corners(a), corners(b));
-    iou.sub(enclosing.clone().sub(union).div(enclosing))
+    iou.sub(enclosing.clone().sub(union).div(enclosing.add_scalar(EPS)))
 }
