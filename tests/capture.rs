@@ -361,3 +361,82 @@ fn every_seam_of_the_table_trains_like_eager() {
         }
     }
 }
+
+/// The first `n` images of COCO128 with their labels, as a dataset of their own in `dir`.
+fn coco128_subset(dir: &Path, n: usize) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128");
+    let (images, labels) = (dir.join("images"), dir.join("labels"));
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::create_dir_all(&labels).unwrap();
+    let mut files: Vec<_> = std::fs::read_dir(src.join("images/train2017")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    for image in files.into_iter().take(n) {
+        let stem = image.file_stem().unwrap().to_string_lossy().into_owned();
+        std::fs::copy(&image, images.join(image.file_name().unwrap())).unwrap();
+        let label = src.join("labels/train2017").join(format!("{stem}.txt"));
+        if label.exists() {
+            std::fs::copy(&label, labels.join(format!("{stem}.txt"))).unwrap();
+        }
+    }
+    let names: Vec<String> = std::fs::read_to_string(src.join("names.txt")).unwrap().lines().map(|l| format!("'{l}'")).collect();
+    let yaml = dir.join("data.yaml");
+    std::fs::write(&yaml, format!("path: .\ntrain: images\nval: images\nnc: {}\nnames: [{}]\n", names.len(), names.join(", "))).unwrap();
+    yaml
+}
+
+/// RT-DETR's decoder captured: the denoising queries, drawn on the host by their own stage,
+/// reach the forward's graph as inputs, and the Hungarian loss runs eager between the forward's
+/// graph and the backward's, reading this step's labels (a host value, never held by a graph).
+/// LibreYOLO's contract (the shipped marking: the network captured up to the encoder's last
+/// layer) too. Each trains like eager: every step's loss terms within 1e-5 (the split backward
+/// sums a map's gradients in another order than one backward does: the last printed digit).
+#[test]
+fn rtdetr_captures_its_decoder_and_trains_like_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = coco128_subset(&dir.path().join("data"), 32);
+    let manifests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+    // the decoder captured: the shipped manifests with the forward's `until` line deleted
+    let whole = dir.path().join("manifests");
+    std::fs::create_dir_all(&whole).unwrap();
+    std::fs::copy(manifests.join("rtdetrr18.toml"), whole.join("rtdetrr18.toml")).unwrap();
+    let base = std::fs::read_to_string(manifests.join("rtdetr-base.toml")).unwrap();
+    let cut = "until = \"encoder.pan_blocks.1\"\n";
+    assert!(base.contains(cut), "the shipped seam");
+    std::fs::write(whole.join("rtdetr-base.toml"), base.replace(cut, "")).unwrap();
+    let run = |manifest: &Path, name: &str, graphs: bool| {
+        let out = Command::new(env!("CARGO_BIN_EXE_libreyolo-run"))
+            .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .env("LIBREYOLO_LOG", "info")
+            .env("LIBREYOLO_CAPTURE_SOFTWARE", "1")
+            .arg(manifest)
+            .arg(format!("data={}", data.display()))
+            .args(["epochs=1", "imgsz=128", "batch=8", "device=cpu", "workers=2", "val=false", "capture.threshold=2"])
+            .arg(format!("cuda_graph={graphs}"))
+            .arg(format!("project={}", dir.path().display()))
+            .arg(format!("name={name}"))
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{name}: {log}");
+        assert!(!log.contains("falling back to eager"), "{name}: {log}");
+        log
+    };
+    let steps = |name: &str| -> Vec<Vec<f64>> {
+        let text = std::fs::read_to_string(dir.path().join(name).join("steps.csv")).unwrap();
+        text.lines().skip(1).map(|l| l.split(',').skip(3).take(3).map(|v| v.parse().unwrap()).collect()).collect()
+    };
+    let like_eager = |name: &str| {
+        let (eager, run) = (steps("eager"), steps(name));
+        assert_eq!(eager.len(), 4, "32 images at batch 8");
+        let close = eager.iter().flatten().zip(run.iter().flatten()).all(|(e, r)| (e - r).abs() <= 1e-5 * e.abs() + 2e-6);
+        assert!(close && eager.len() == run.len(), "{name}: step losses {run:?}, eager {eager:?}");
+    };
+    run(&manifests.join("rtdetrr18.toml"), "eager", false);
+    let log = run(&whole.join("rtdetrr18.toml"), "decoder", true);
+    let line = "cuda_graph: captured training step [forward] loss, backward(loss) [backward(forward), clip, optimizer, ema] at input shape [8, 3, 128, 128]";
+    assert_eq!(log.matches(line).count(), 1, "expected `{line}` once in\n{log}");
+    like_eager("decoder");
+    let log = run(&manifests.join("rtdetrr18.toml"), "contract", true);
+    assert_eq!(log.matches("cuda_graph: captured training step [forward(..encoder.pan_blocks.1)]").count(), 1, "{log}");
+    like_eager("contract");
+}

@@ -270,10 +270,10 @@ fn wrong_input_count_and_uncapturable_stage() {
     assert!(out.contains("stage `loss` (kind `loss.yolo9`) takes 2 input(s), got 1"), "{out}");
     let out = error(&shipped_manifest(), &["stage.data.capture=true"]);
     assert!(out.contains("stage `data` (kind `data.yolo`) cannot be captured"), "{out}");
-    // network.forward's labels are optional: one or two inputs, not three
+    // network.forward's head input is optional: one or two inputs, not three
     let text = replace(&shipped_manifest(), "inputs = [\"data.images\"]", "inputs = [\"data.images\", \"data.targets\", \"data.images\"]");
     let out = error(&text, &[]);
-    assert!(out.contains("stage `forward` (kind `network.forward`) takes 1 to 2 input(s), got 3") && out.contains("expected [images, targets?]"), "{out}");
+    assert!(out.contains("stage `forward` (kind `network.forward`) takes 1 to 2 input(s), got 3") && out.contains("expected [images, head?]"), "{out}");
 }
 
 #[test]

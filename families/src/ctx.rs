@@ -116,13 +116,11 @@ pub struct Ctx {
     /// (SyncBatchNorm): every device runs the same forward, and each BatchNorm all-reduces its
     /// sums over them.
     sync_group: Option<Vec<Device>>,
-    /// The batch's labels, `(B, M, 5)` rows `[cls, x1, y1, x2, y2]` normalised, for a head that
-    /// conditions on them in training (DETR's denoising queries).
-    targets: Option<Tensor<3>>,
-    /// The optimizer step this training forward belongs to, when the engine runs it: a layer
-    /// that draws random numbers per step seeds them from it, so that the eager runs and the
-    /// replay of one step (the capture check) draw the same.
-    step: Option<u64>,
+    /// Device tensors a head conditions on in training besides its features, as the forward
+    /// stage's extra input gave them (RT-DETR's denoising queries, built on the host from the
+    /// labels by an eager stage before the forward, so a captured forward reads them as
+    /// inputs).
+    head_inputs: Vec<AnyTensor>,
 }
 
 impl Ctx {
@@ -172,18 +170,7 @@ impl Ctx {
             })
             .collect();
         let live = leaves.iter().map(|l| Live(l.0.as_ref().map(|t| dtype.map_or_else(|| t.clone(), |d| t.cast(d))))).collect();
-        Self {
-            live,
-            leaves,
-            training,
-            batch_stats: RefCell::new(vec![]),
-            trace: RefCell::new(None),
-            dtype,
-            fused: None,
-            sync_group: None,
-            targets: None,
-            step: None,
-        }
+        Self { live, leaves, training, batch_stats: RefCell::new(vec![]), trace: RefCell::new(None), dtype, fused: None, sync_group: None, head_inputs: vec![] }
     }
 
     /// This inference context with its parameters and folded convolutions copied to `device`:
@@ -207,8 +194,7 @@ impl Ctx {
             dtype: self.dtype,
             fused,
             sync_group: None,
-            targets: None,
-            step: None,
+            head_inputs: vec![],
         }
     }
 
@@ -221,26 +207,15 @@ impl Ctx {
     }
 
     /// The devices BatchNorm statistics are shared over, when synced.
-    /// This context with the batch's labels, for a head that reads them in training.
-    pub fn with_targets(mut self, targets: Tensor<3>) -> Self {
-        self.targets = Some(targets);
+    /// This context with tensors for the head to condition on in training (see the field).
+    pub fn with_head_inputs(mut self, tensors: Vec<AnyTensor>) -> Self {
+        self.head_inputs = tensors;
         self
     }
 
-    /// This context for optimizer step `step` (see the field).
-    pub fn at_step(mut self, step: u64) -> Self {
-        self.step = Some(step);
-        self
-    }
-
-    /// The optimizer step of this forward, when the engine set it.
-    pub fn step(&self) -> Option<u64> {
-        self.step
-    }
-
-    /// The batch's labels, when the forward was given them.
-    pub fn targets(&self) -> Option<&Tensor<3>> {
-        self.targets.as_ref()
+    /// The head's extra inputs (empty when the forward was given none).
+    pub fn head_inputs(&self) -> &[AnyTensor] {
+        &self.head_inputs
     }
 
     pub fn sync_group(&self) -> Option<&[Device]> {

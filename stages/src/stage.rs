@@ -33,6 +33,10 @@ pub enum Ty {
     Grads,
     /// Nothing but an ordering: "this stage ran" (parameters updated, EMA updated, ...).
     Event,
+    /// A value on the host of the named type ([`HostValue::TY`]), made by an eager stage for
+    /// others that run eager (a batch's labels, the layout of its denoising queries): no graph
+    /// reads or writes it, so only kinds that cannot be captured take it.
+    Host(&'static str),
 }
 
 impl Ty {
@@ -44,6 +48,7 @@ impl Ty {
             Ty::Loss => "a loss",
             Ty::Grads => "gradients",
             Ty::Event => "an event",
+            Ty::Host(name) => name,
         }
     }
 
@@ -256,6 +261,36 @@ impl Activations {
 
 pub type Grads = Vec<(ParamId, Tensor<1>)>;
 
+/// A type that travels between stages on the host ([`Ty::Host`]).
+pub trait HostValue: std::any::Any {
+    /// Its name in port types and errors (`host labels`).
+    const TY: &'static str;
+}
+
+/// A host value on the board: its type's name and the value, shared.
+#[derive(Clone)]
+pub struct Host {
+    ty: &'static str,
+    value: Rc<dyn std::any::Any>,
+}
+
+impl Host {
+    pub fn new<T: HostValue>(value: T) -> Self {
+        Self { ty: T::TY, value: Rc::new(value) }
+    }
+
+    /// The value as a `T`, `None` when it is another type.
+    pub fn get<T: HostValue>(&self) -> Option<Rc<T>> {
+        self.value.clone().downcast::<T>().ok()
+    }
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Host({})", self.ty)
+    }
+}
+
 /// A value between stages.
 #[derive(Debug, Clone)]
 pub enum Value {
@@ -268,6 +303,7 @@ pub enum Value {
     /// differentiable tensors ([`Value::differentiable`] order).
     Tensors(Vec<AnyTensor>),
     Event,
+    Host(Host),
 }
 
 impl Value {
@@ -280,13 +316,14 @@ impl Value {
             Value::Grads(_) => Ty::Grads,
             Value::Tensors(_) => Ty::Tensor,
             Value::Event => Ty::Event,
+            Value::Host(h) => Ty::Host(h.ty),
         }
     }
 
     /// Its device tensors, in a fixed order (what a graph reads or writes of it).
     pub fn tensors(&self) -> Vec<AnyTensor> {
         match self {
-            Value::Batch(_) | Value::Event => vec![],
+            Value::Batch(_) | Value::Event | Value::Host(_) => vec![],
             Value::Tensor(t) => vec![t.clone()],
             Value::Activations(a) => a.flat(),
             Value::Loss(l) => std::iter::once(&l.total).chain(l.parts.iter().map(|(_, t)| t)).map(|t| AnyTensor::R1(t.clone())).collect(),
@@ -305,7 +342,7 @@ impl Value {
             }
         }
         Ok(match self {
-            Value::Batch(_) | Value::Event => self,
+            Value::Batch(_) | Value::Event | Value::Host(_) => self,
             Value::Tensor(t) => Value::Tensor(f(t)?),
             Value::Activations(a) => Value::Activations(Activations {
                 groups: a.groups.into_iter().map(|g| g.into_iter().map(&mut f).collect::<Result<_, E>>()).collect::<Result<_, E>>()?,
@@ -350,7 +387,7 @@ impl Value {
         };
         let mut it = tensors.into_iter();
         match self {
-            Value::Batch(_) | Value::Event => self.clone(),
+            Value::Batch(_) | Value::Event | Value::Host(_) => self.clone(),
             Value::Tensor(_) => Value::Tensor(it.next().expect("one tensor")),
             Value::Activations(a) => Value::Activations(a.regroup(it.collect())),
             Value::Loss(l) => Value::Loss(LossTerms {
@@ -461,12 +498,13 @@ impl Io<'_> {
         self.board.take(self.inputs[i]).ok_or_else(|| anyhow::anyhow!("input {i} has no value (read twice, or before its stage ran)"))
     }
 
-    /// The tensor on optional input port `i`, `None` when the manifest left it unconnected.
-    pub fn optional_tensor(&self, i: usize) -> anyhow::Result<Option<AnyTensor>> {
+    /// The tensors on optional input port `i` ([`tensors`](Self::tensors)), `None` when the
+    /// manifest left it unconnected.
+    pub fn optional_tensors(&self, i: usize) -> anyhow::Result<Option<Vec<AnyTensor>>> {
         if i >= self.inputs.len() {
             return Ok(None);
         }
-        self.tensor(i).map(Some)
+        self.tensors(i).map(Some)
     }
 
     pub fn tensor(&self, i: usize) -> anyhow::Result<AnyTensor> {
@@ -474,6 +512,32 @@ impl Io<'_> {
             Value::Tensor(t) => Ok(t.clone()),
             other => anyhow::bail!("input {i} is {}, not a tensor", other.ty().name()),
         }
+    }
+
+    /// The tensors of input port `i`: a [`Value::Tensors`] (several tensors on one port), or
+    /// one tensor.
+    pub fn tensors(&self, i: usize) -> anyhow::Result<Vec<AnyTensor>> {
+        match self.input(i)? {
+            Value::Tensors(t) => Ok(t.clone()),
+            Value::Tensor(t) => Ok(vec![t.clone()]),
+            other => anyhow::bail!("input {i} is {}, not tensors", other.ty().name()),
+        }
+    }
+
+    /// The host value of type `T` on input port `i`.
+    pub fn host<T: HostValue>(&self, i: usize) -> anyhow::Result<Rc<T>> {
+        match self.input(i)? {
+            Value::Host(h) => h.get::<T>().ok_or_else(|| anyhow::anyhow!("input {i} holds {}, not {}", h.ty, T::TY)),
+            other => anyhow::bail!("input {i} is {}, not {}", other.ty().name(), T::TY),
+        }
+    }
+
+    /// The host value of type `T` on optional input port `i`, `None` when unconnected.
+    pub fn optional_host<T: HostValue>(&self, i: usize) -> anyhow::Result<Option<Rc<T>>> {
+        if i >= self.inputs.len() {
+            return Ok(None);
+        }
+        self.host(i).map(Some)
     }
 
     pub fn activations(&self, i: usize) -> anyhow::Result<Activations> {

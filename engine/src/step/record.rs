@@ -139,9 +139,16 @@ fn read_scalar(t: Tensor<1>) -> f64 {
     t.into_data().convert::<f64>().try_to_vec::<f64>().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
 }
 
-/// Stable copies of `board`'s values at `slots`: fresh buffers a graph reads in place.
+/// Stable copies of `board`'s values at `slots`: fresh buffers a graph reads in place. A value
+/// without device tensors (host labels, an event) has nothing to keep stable: it is left out,
+/// so that each step reads its own from the board rather than the capture step's.
 fn stable_copies(board: &Board, slots: &[Slot]) -> Vec<(Slot, Value)> {
-    slots.iter().filter_map(|&s| board.get(s).map(|v| (s, v.with_tensors(v.tensors().iter().map(AnyTensor::fresh_copy).collect())))).collect()
+    slots
+        .iter()
+        .filter_map(|&s| board.get(s).map(|v| (s, v)))
+        .filter(|(_, v)| !v.tensors().is_empty())
+        .map(|(s, v)| (s, v.with_tensors(v.tensors().iter().map(AnyTensor::fresh_copy).collect())))
+        .collect()
 }
 
 /// Writes the step's values into stable buffers, in place. The stable values are taken apart

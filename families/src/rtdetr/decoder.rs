@@ -11,13 +11,13 @@
 use std::rc::Rc;
 
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::conv_norm::{Act, ConvNorm};
 use super::decoder_layer::{DecoderLayer, Memory};
-use super::denoising::{Denoising, Noise};
+use super::denoising::{Denoising, DenoisingTensors, Noise};
 use super::targets::DetrTargets;
 use crate::block::{BlockKind, Detector, Head, Labels, Layer, Out};
 use crate::blocks::ConvShape;
@@ -49,8 +49,7 @@ pub struct RtDetrDecoder {
     denoising: usize,
     strides: Vec<usize>,
     /// The denoising groups' seed (from the network's build), mixed with the step's number: a
-    /// step draws the same groups however often it runs (the capture check runs it eagerly,
-    /// then replays it).
+    /// step draws the same groups however often it runs (a resumed run, a re-run step).
     seed: u64,
 }
 
@@ -104,24 +103,32 @@ impl RtDetrDecoder {
         }
     }
 
-    /// The head's maps (see the module's documentation). In training, with the batch's labels
-    /// in the context, the decoder also refines this batch's denoising groups.
+    /// The head's maps (see the module's documentation). In training, with this batch's
+    /// denoising queries among the context's head inputs ([`DenoisingTensors`]), the decoder
+    /// also refines them.
     pub fn forward_maps(&self, feats: Vec<Tensor<4>>, cx: &Ctx) -> Vec<Tensor<4>> {
-        let denoising = match (cx.training(), cx.targets()) {
-            (true, Some(t)) if self.denoising > 0 => {
-                let step = cx.step().unwrap_or(0);
-                let mut rng = StdRng::seed_from_u64(self.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                Denoising::build(&DetrTargets::from_tensor(t), self.nc, self.queries, self.denoising, |b, n| Noise::draw(&mut rng, b, n, self.nc))
-            }
-            _ => None,
-        };
+        let denoising = if cx.training() { DenoisingTensors::from_any(cx.head_inputs()) } else { None };
         self.forward_denoised(feats, cx, denoising.as_ref())
     }
 
-    /// [`forward_maps`](Self::forward_maps) with the denoising groups given: in training the
-    /// maps end with the denoising queries' boxes and logits, every layer's, `(L, B, N, 4)` and
-    /// `(L, B, N, nc)`.
-    pub fn forward_denoised(&self, feats: Vec<Tensor<4>>, cx: &Ctx, denoising: Option<&Denoising>) -> Vec<Tensor<4>> {
+    /// This batch's denoising groups (`None` without denoising): drawn from the network's seed
+    /// mixed with the optimizer step, so a step draws the same groups however often it runs;
+    /// laid in `2 x num_denoising` slots an image; all padding for a batch without a box (the
+    /// decoder keeps its shapes).
+    pub fn denoising(&self, targets: &DetrTargets, step: u64) -> Option<Denoising> {
+        if self.denoising == 0 {
+            return None;
+        }
+        let mut rng = StdRng::seed_from_u64(self.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let built = Denoising::build(targets, self.nc, self.queries, self.denoising, |b, n| Noise::draw(&mut rng, b, n, self.nc));
+        Some(built.unwrap_or_else(|| Denoising::padding_only(targets.labels.len(), self.nc, 2 * self.denoising, self.queries)))
+    }
+
+    /// [`forward_maps`](Self::forward_maps) with the denoising queries given: in training the
+    /// maps end with every denoising slot's boxes and logits, every layer's, `(L, B, S, 4)` and
+    /// `(L, B, S, nc)` (the padding's too: one shape for every batch; the loss reads the real
+    /// queries, the first of each image's slots).
+    pub fn forward_denoised(&self, feats: Vec<Tensor<4>>, cx: &Ctx, denoising: Option<&DenoisingTensors>) -> Vec<Tensor<4>> {
         let mut shapes = vec![];
         let levels: Vec<Tensor<3>> = feats
             .into_iter()
@@ -146,34 +153,30 @@ impl RtDetrDecoder {
         let (boxes, logits) = self.decode_queries(target, reference, &memory, cx);
         let stack =
             |v: &[Tensor<3>], range: std::ops::Range<usize>| Tensor::cat(v.iter().map(|t| t.clone().slice_dim(1, range.clone()).unsqueeze::<4>()).collect(), 0);
-        let (n, slots) = denoising.map_or((0, 0), |d| (d.queries, d.slots));
+        let slots = denoising.map_or(0, DenoisingTensors::slots);
         let all = slots..slots + self.queries;
         let mut maps = vec![stack(&boxes, all.clone()), stack(&logits, all)];
         if cx.training() {
             maps.extend([enc_boxes.unsqueeze::<4>(), enc_logits.unsqueeze::<4>()]);
-            if n > 0 {
-                maps.extend([stack(&boxes, 0..n), stack(&logits, 0..n)]);
+            if slots > 0 {
+                maps.extend([stack(&boxes, 0..slots), stack(&logits, 0..slots)]);
             }
         }
         maps
     }
 
-    /// The denoising slots' content (their classes' embeddings, `(B, N, C)`), and their boxes
-    /// before the sigmoid `(B, N, 4)` and the attention mask `(T, T)`.
-    fn denoising_queries(&self, dn: &Denoising, reference: &Tensor<3>, cx: &Ctx) -> (Tensor<3>, Tensor<3>, Tensor<2, Bool>) {
+    /// The denoising slots' content (their classes' embeddings, `(B, S, C)`), and their boxes
+    /// before the sigmoid `(B, S, 4)` and the attention mask `(T, T)`.
+    fn denoising_queries(&self, dn: &DenoisingTensors, reference: &Tensor<3>, cx: &Ctx) -> (Tensor<3>, Tensor<3>, Tensor<2, Bool>) {
         let [b, _, _] = reference.dims();
-        let (n, device) = (dn.slots, reference.device());
+        let n = dn.slots();
         let table = cx.rank2(self.denoising_class_embed.expect("denoising groups need the class embedding"));
         let c = table.dims()[1];
         // `nn.Embedding(padding_idx=nc)`: the padding row is read but never trained
         let table = Tensor::cat(vec![table.clone().slice_dim(0, 0..self.nc), table.slice_dim(0, self.nc..self.nc + 1).detach()], 0);
-        let classes = Tensor::<1, Int>::from_data(TensorData::new(dn.classes.clone(), [b * n]), &device);
-        let queries = table.select(0, classes).reshape([b, n, c]);
+        let queries = table.select(0, dn.class_indices()).reshape([b, n, c]);
         let dtype = burn::tensor::FloatDType::from(reference.dtype());
-        let boxes = Tensor::<3>::from_data(TensorData::new(dn.boxes.clone(), [b, n, 4]), &device).cast(dtype);
-        let t = n + self.queries;
-        let mask = Tensor::<2, Bool>::from_data(TensorData::new(dn.mask.clone(), [t, t]), &device);
-        (queries, boxes, mask)
+        (queries, dn.boxes.clone().cast(dtype), dn.blocked())
     }
 
     /// The encoder's tokens scored and boxed, and the `queries` best chosen: their features

@@ -10,9 +10,11 @@
 //! and its kernels are compiled once (on the GPU a new shape compiles new matmul kernels, seconds
 //! each) while the real queries' outputs are those of the unpadded decoder.
 
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use rand::Rng;
 
 use super::DetrTargets;
+use crate::tensor::AnyTensor;
 
 /// LibreYOLO's settings: half the labels drawn for flipping are flipped (`label_noise_ratio`
 /// 0.5), boxes moved by up to their size (`box_noise_scale` 1.0).
@@ -97,6 +99,34 @@ impl Denoising {
         Some(unpadded.with_slots(slots, queries))
     }
 
+    /// No denoising query, `slots` padding slots an image before `matching` matching queries:
+    /// a batch without a box keeps the decoder's shapes (the padding is seen by no query).
+    pub fn padding_only(images: usize, nc: usize, slots: usize, matching: usize) -> Self {
+        Self {
+            classes: vec![nc as i64; images * slots],
+            boxes: vec![inverse_sigmoid(0.0); images * slots * 4],
+            mask: mask(0, slots, matching, 0, 0),
+            queries: 0,
+            slots,
+            groups: 0,
+            max_gt: 0,
+            padding: nc as i64,
+        }
+    }
+
+    /// The queries on `device` as the decoder reads them ([`DenoisingTensors`]).
+    pub fn upload(&self, device: &Device) -> DenoisingTensors {
+        let (s, t) = (self.slots, self.mask.len().isqrt());
+        let b = self.classes.len() / s.max(1);
+        let classes = self.classes.iter().map(|&c| c as f32).collect::<Vec<_>>();
+        let mask = self.mask.iter().map(|&m| if m { 1.0f32 } else { 0.0 }).collect::<Vec<_>>();
+        DenoisingTensors {
+            classes: Tensor::from_data(TensorData::new(classes, [b, s]), device),
+            boxes: Tensor::from_data(TensorData::new(self.boxes.clone(), [b, s, 4]), device),
+            mask: Tensor::from_data(TensorData::new(mask, [t, t]), device),
+        }
+    }
+
     /// The same queries in `slots` slots an image (at least `queries`), before `matching`
     /// matching queries: the padding embeds the padding class at the padding box.
     pub fn with_slots(mut self, slots: usize, matching: usize) -> Self {
@@ -112,6 +142,50 @@ impl Denoising {
         (self.classes, self.boxes, self.slots) = (classes, boxes, slots);
         self.mask = mask(self.queries, slots, matching, self.max_gt, self.groups);
         self
+    }
+}
+
+/// A batch's denoising queries on the device, as the decoder reads them: float tensors of one
+/// shape for every batch (the slots' classes `(B, S)`, their boxes before the sigmoid
+/// `(B, S, 4)`, the attention mask `(T, T)`, 1 where a query may not attend), so that a
+/// captured forward takes them as inputs like the images.
+#[derive(Debug, Clone)]
+pub struct DenoisingTensors {
+    pub classes: Tensor<2>,
+    pub boxes: Tensor<3>,
+    pub mask: Tensor<2>,
+}
+
+impl DenoisingTensors {
+    /// The three tensors as one port's value carries them.
+    pub fn into_any(self) -> Vec<AnyTensor> {
+        vec![AnyTensor::R2(self.classes), AnyTensor::R3(self.boxes), AnyTensor::R2(self.mask)]
+    }
+
+    /// From a port's tensors (as [`into_any`](Self::into_any) lists them).
+    pub fn from_any(tensors: &[AnyTensor]) -> Option<Self> {
+        match tensors {
+            [AnyTensor::R2(classes), AnyTensor::R3(boxes), AnyTensor::R2(mask)] => {
+                Some(Self { classes: classes.clone(), boxes: boxes.clone(), mask: mask.clone() })
+            }
+            _ => None,
+        }
+    }
+
+    /// The slots an image.
+    pub fn slots(&self) -> usize {
+        self.classes.dims()[1]
+    }
+
+    /// The classes to embed, as indices.
+    pub fn class_indices(&self) -> Tensor<1, Int> {
+        let [b, s] = self.classes.dims();
+        self.classes.clone().reshape([b * s]).int()
+    }
+
+    /// Where a query may not attend.
+    pub fn blocked(&self) -> Tensor<2, Bool> {
+        self.mask.clone().greater_elem(0.5)
     }
 }
 

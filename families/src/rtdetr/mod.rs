@@ -20,5 +20,5 @@ pub mod presnet;
 pub mod targets;
 
 pub use decoder::RtDetrDecoder;
-pub use denoising::{Denoising, Noise, positive_matches};
+pub use denoising::{Denoising, DenoisingTensors, Noise, positive_matches};
 pub use targets::DetrTargets;

@@ -76,6 +76,19 @@ pub struct Batch {
     pub truncated_labels: usize,
 }
 
+/// A batch's labels kept on the host beside their device copy ([`Batch::targets`]'s rows and
+/// its image count): what a stage that works on the labels on the host reads (RT-DETR's
+/// denoising groups, its Hungarian matching) instead of reading the device copy back, a sync.
+#[derive(Debug, Clone)]
+pub struct HostLabels {
+    pub rows: Vec<f32>,
+    pub images: usize,
+}
+
+impl crate::stage::HostValue for HostLabels {
+    const TY: &'static str = "host labels";
+}
+
 pub struct Loader {
     dataset: Arc<Dataset>,
     cfg: LoaderConfig,

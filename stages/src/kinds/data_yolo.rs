@@ -1,19 +1,20 @@
 //! `data.yolo`: the loader's batch of a YOLO dataset uploaded to the device. The batch is read,
 //! augmented and assembled on the host by the loader's threads; this stage is its one
-//! host-to-device copy, so it cannot run inside a graph.
+//! host-to-device copy, so it cannot run inside a graph. The labels also stay on the host
+//! (`labels`), for stages that work on them there.
 
 use std::rc::Rc;
 
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-use crate::data::Batch;
-use crate::stage::{AnyTensor, Autodiff, Io, Kind, Stage, Ty, Value, no_collective, port};
+use crate::data::{Batch, HostLabels};
+use crate::stage::{AnyTensor, Autodiff, Host, HostValue, Io, Kind, Stage, Ty, Value, no_collective, port};
 
 pub static KIND: Kind = Kind {
     name: "data.yolo",
     summary: "reads, augments and batches images and labels of a YOLO dataset",
     inputs: &[],
-    outputs: &[port("images", Ty::Tensor), port("targets", Ty::Tensor)],
+    outputs: &[port("images", Ty::Tensor), port("targets", Ty::Tensor), port("labels", Ty::Host(HostLabels::TY))],
     not_capturable: Some("it decodes and augments images on the host"),
     autodiff: Autodiff::None,
     collective: no_collective,
@@ -29,9 +30,11 @@ struct DataYolo {
 impl Stage for DataYolo {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let batch = io.take_batch()?;
+        let labels = HostLabels { rows: batch.targets.clone(), images: batch.size };
         let (images, targets) = upload(batch, &self.device);
         io.output(0, Value::Tensor(AnyTensor::R4(images)));
         io.output(1, Value::Tensor(AnyTensor::R3(targets)));
+        io.output(2, Value::Host(Host::new(labels)));
         Ok(())
     }
 }

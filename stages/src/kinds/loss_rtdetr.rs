@@ -1,20 +1,23 @@
 //! `loss.rtdetr`: LibreYOLO's RT-DETR loss (Hungarian matching, then VFL, L1 and GIoU on every
-//! decoder layer and on the encoder's chosen queries) on an `RTDETRDecoder` head's outputs, in
-//! f32. Its matching reads the cost matrices on the host, so it runs eager — the seam of
-//! LibreYOLO's DETR capture contract, where the network before it can be captured.
+//! decoder layer and on the encoder's chosen queries, and on the denoising queries when the
+//! decoder had them) on an `RTDETRDecoder` head's outputs, in f32. It reads the batch's labels
+//! on the host (the data stage keeps them there) and its matching reads the cost matrices on
+//! the host, so it runs eager — the seam of LibreYOLO's DETR capture contract, where the
+//! network before it can be captured.
 
 use std::rc::Rc;
 
 use burn::tensor::{FloatDType, Tensor};
 
-use crate::loss::rtdetr::{DenoisingLevels, Level};
+use crate::data::HostLabels;
+use crate::loss::rtdetr::{DenoisingLayout, DenoisingLevels, Level};
 use crate::loss::{DetrTargets, RtDetrLoss};
-use crate::stage::{AnyTensor, Autodiff, Group, Io, Kind, Parallel, Stage, Ty, Value, port};
+use crate::stage::{Autodiff, Group, HostValue, Io, Kind, Parallel, Stage, Ty, Value, optional, port};
 
 pub static KIND: Kind = Kind {
     name: "loss.rtdetr",
     summary: "RT-DETR loss: Hungarian matching, then VFL, L1 and GIoU on every decoder layer and the encoder's queries",
-    inputs: &[port("preds", Ty::Activations), port("targets", Ty::Tensor)],
+    inputs: &[port("preds", Ty::Activations), port("labels", Ty::Host(HostLabels::TY)), optional("denoising", Ty::Host(DenoisingLayout::TY))],
     outputs: &[port("loss", Ty::Loss)],
     not_capturable: Some("its Hungarian matching reads the cost matrices on the host"),
     autodiff: Autodiff::Through,
@@ -37,13 +40,16 @@ impl Stage for LossRtDetr {
                 maps.len()
             );
         }
-        let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.rtdetr reads (batch, max_labels, 5) targets") };
-        let targets = DetrTargets::from_tensor(&targets);
+        let labels = io.host::<HostLabels>(1)?;
+        let targets = DetrTargets::from_rows(&labels.rows, labels.images);
         let levels = Level::in_order(&maps[0], &maps[1], &maps[2], &maps[3]);
-        let denoising = (maps.len() == 6).then(|| {
-            let queries = maps[4].dims()[2];
-            DenoisingLevels { levels: Level::per_layer(&maps[4], &maps[5]), groups: queries / (2 * targets.max_per_image().max(1)) }
-        });
+        let denoising = match (maps.len(), io.optional_host::<DenoisingLayout>(2)?) {
+            (6, Some(layout)) => (layout.queries > 0).then(|| DenoisingLevels::of(&maps[4], &maps[5], &layout)),
+            (6, None) => {
+                anyhow::bail!("loss.rtdetr: the decoder refined denoising queries, but the loss has no `denoising` input (their layout: `\"denoise.layout\"`)")
+            }
+            _ => None,
+        };
         let terms = RtDetrLoss.compute(&levels, denoising.as_ref(), &targets, self.group.devices());
         io.output(0, Value::Loss(terms.named()));
         Ok(())

@@ -3,6 +3,7 @@
 
 pub mod data_classify;
 pub mod data_yolo;
+pub mod denoise_rtdetr;
 pub mod ema;
 pub mod grad_clip;
 pub mod grad_sync;
@@ -27,6 +28,7 @@ pub fn builtin() -> Registry {
             &loss_yolo9::KIND,
             &loss_yolox::KIND,
             &loss_classify::KIND,
+            &denoise_rtdetr::KIND,
             &loss_rtdetr::KIND,
             &network_backward::KIND,
             &grad_clip::KIND,
@@ -62,5 +64,20 @@ impl Registry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.kinds.iter().map(|k| k.name).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::stage::Ty;
+
+    /// A graph replays the host values it was captured with: only a kind that is never captured
+    /// may read one.
+    #[test]
+    fn only_kinds_that_run_eager_read_host_values() {
+        for kind in super::builtin().kinds() {
+            let reads_host = kind.inputs.iter().any(|p| matches!(p.ty, Ty::Host(_)));
+            assert!(!reads_host || !kind.capturable(), "`{}` reads a host value but could be captured", kind.name);
+        }
     }
 }

@@ -8,8 +8,9 @@
 //! cross the cut ([`Part::From`], always eager), e.g. the backbone and neck in a graph and the
 //! heads eager with the loss.
 //!
-//! Its optional `targets` input hands the batch's labels to a head that conditions on them in
-//! training (RT-DETR's denoising queries); the part after a cut reads them.
+//! Its optional `head` input hands device tensors to a head that conditions on them in training
+//! (RT-DETR's denoising queries, from a `denoise.rtdetr` stage); the part after a cut reads
+//! them.
 
 use std::rc::Rc;
 
@@ -21,7 +22,7 @@ use crate::stage::{Activations, AnyTensor, Autodiff, Build, Group, Io, Kind, Mod
 pub static KIND: Kind = Kind {
     name: "network.forward",
     summary: "runs the network on a batch of images",
-    inputs: &[port("images", Ty::Tensor), optional("targets", Ty::Tensor)],
+    inputs: &[port("images", Ty::Tensor), optional("head", Ty::Tensor)],
     outputs: &[port("preds", Ty::Activations)],
     not_capturable: None,
     autodiff: Autodiff::Forward,
@@ -74,11 +75,10 @@ impl Stage for NetworkForward {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let network = &self.model.network;
         let with_aux = self.model.with_aux;
-        let mut cx = self.context(&self.model.params.borrow()).at_step(io.step.iteration as u64);
-        // the labels' port: 1 in the whole forward and in the part after a cut
-        if let (Part::Whole | Part::From(_), Some(targets)) = (io.part, io.optional_tensor(1)?) {
-            let AnyTensor::R3(t) = targets else { anyhow::bail!("network.forward reads (batch, max_labels, 5) targets") };
-            cx = cx.with_targets(t);
+        let mut cx = self.context(&self.model.params.borrow());
+        // the head's inputs: port 1 in the whole forward and in the part after a cut
+        if let (Part::Whole | Part::From(_), Some(tensors)) = (io.part, io.optional_tensors(1)?) {
+            cx = cx.with_head_inputs(tensors);
         }
         let out = match io.part {
             Part::Whole => {

@@ -68,6 +68,27 @@ pub struct DenoisingLevels {
     pub groups: usize,
 }
 
+impl DenoisingLevels {
+    /// The denoising slots' outputs of every layer (`(L, B, S, 4)` boxes, `(L, B, S, nc)`
+    /// logits), the first `queries` of each image's slots real, the rest padding.
+    pub fn of(boxes: &Tensor<4>, logits: &Tensor<4>, layout: &DenoisingLayout) -> Self {
+        let real = |t: &Tensor<4>| t.clone().slice_dim(2, 0..layout.queries);
+        Self { levels: Level::per_layer(&real(boxes), &real(logits)), groups: layout.groups }
+    }
+}
+
+/// How a batch's denoising queries are laid out, for the loss: `queries` real queries an image
+/// (before the padding slots) in `groups` groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DenoisingLayout {
+    pub queries: usize,
+    pub groups: usize,
+}
+
+impl crate::stage::HostValue for DenoisingLayout {
+    const TY: &'static str = "a denoising layout";
+}
+
 /// The matching costs' weights and the focal cost's settings.
 const COST_CLASS: f64 = 2.0;
 const COST_BBOX: f64 = 5.0;
