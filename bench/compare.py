@@ -86,6 +86,9 @@ OUR_MODES = {
     "whole-step graph": ["cuda_graph=true", "stage.loss.capture=true", "stage.optimizer.capture=true", "stage.ema.capture=true"],
     # The manifest's own marks (RT-DETR: backbone and encoder captured, decoder and loss eager).
     "manifest graphs": ["cuda_graph=true"],
+    # RT-DETR with its decoder captured too: the forward's cut taken out, the Hungarian loss
+    # eager between the forward's graph and the backward's.
+    "decoder graphs": ["cuda_graph=true", "stage.forward.until="],
 }
 
 

@@ -276,6 +276,19 @@ fn wrong_input_count_and_uncapturable_stage() {
     assert!(out.contains("stage `forward` (kind `network.forward`) takes 1 to 2 input(s), got 3") && out.contains("expected [images, head?]"), "{out}");
 }
 
+/// `stage.NAME.FIELD=` with nothing after the `=` removes the field: a seam experiment takes
+/// the cut out of a manifest that has one.
+#[test]
+fn an_empty_stage_field_override_removes_the_field() {
+    let until = |overrides: &[&str]| {
+        let (loaded, _) = load(&shipped_manifest(), overrides).unwrap();
+        loaded.manifest.stages.iter().find(|s| s.name == "forward").unwrap().until.clone()
+    };
+    assert_eq!(until(&[]), None);
+    assert_eq!(until(&["stage.forward.until=neck.elan_down2"]).as_deref(), Some("neck.elan_down2"));
+    assert_eq!(until(&["stage.forward.until=neck.elan_down2", "stage.forward.until="]), None);
+}
+
 #[test]
 fn a_manifest_without_stages_is_an_error() {
     let text = shipped_manifest();

@@ -138,6 +138,31 @@ impl DenoisingStep {
     }
 }
 
+/// Every loss term's relative error against the fixture's LibreYOLO value (`loss.loss_vfl`,
+/// `loss.loss_bbox_aux_0`, ..., `loss.loss_giou_dn_2`), then the sums by kind and the total.
+fn term_errors(io: &Fixture, terms: &DetrTerms) -> Vec<(String, f64)> {
+    let rel = |got: &Tensor<1>, name: &str| {
+        let want = io.get(name).scalar();
+        (read(got).1[0] as f64 - want).abs() / want.abs()
+    };
+    let suffix = |level: usize| match level {
+        0 => String::new(),
+        l if l <= 3 => format!("_aux_{}", l - 1),
+        l => format!("_dn_{}", l - 4),
+    };
+    let mut out = vec![];
+    for (level, parts) in terms.levels.iter().enumerate() {
+        for (part, name) in parts.iter().zip(["vfl", "bbox", "giou"]) {
+            let key = format!("loss.loss_{name}{}", suffix(level));
+            out.push((key.clone(), rel(part, &key)));
+        }
+    }
+    for (got, name) in [(&terms.vfl, "sum.vfl"), (&terms.bbox, "sum.bbox"), (&terms.giou, "sum.giou"), (&terms.total, "loss.total_loss")] {
+        out.push((name.to_string(), rel(got, name)));
+    }
+    out
+}
+
 /// One training step's forward and loss with denoising groups, against LibreYOLO's
 /// `model(x, targets)` and `RTDETRLoss` on the same draws; the gradients against the same step
 /// in float64, since LibreYOLO's own float32 gradients of it are up to 2% from those (the
@@ -156,27 +181,10 @@ fn narrow_rtdetr_denoising_step_matches_libreyolo() {
         eprintln!("train_{name}: {:?} relative error {err:.2e}", map.dims());
         assert!(err < OUTPUTS, "train_{name}: relative error {err:.2e}");
     }
-    let rel = |got: &Tensor<1>, name: &str| {
-        let want = io.get(name).scalar();
-        (read(got).1[0] as f64 - want).abs() / want.abs()
-    };
-    let suffix = |level: usize| match level {
-        0 => String::new(),
-        l if l <= 3 => format!("_aux_{}", l - 1),
-        l => format!("_dn_{}", l - 4),
-    };
     assert_eq!(terms.levels.len(), 7, "the last layer, two other layers, the encoder, three denoising layers");
-    for (level, parts) in terms.levels.iter().enumerate() {
-        for (part, name) in parts.iter().zip(["vfl", "bbox", "giou"]) {
-            let key = format!("loss.loss_{name}{}", suffix(level));
-            let err = rel(part, &key);
-            assert!(err < 1e-4, "{key}: relative error {err:.2e}");
-        }
-    }
-    for (got, name) in [(&terms.vfl, "sum.vfl"), (&terms.bbox, "sum.bbox"), (&terms.giou, "sum.giou"), (&terms.total, "loss.total_loss")] {
-        let err = rel(got, name);
-        eprintln!("{name}: relative error {err:.2e}");
-        assert!(err < 1e-4, "{name}: relative error {err:.2e}");
+    for (key, err) in term_errors(io, &terms) {
+        eprintln!("{key}: relative error {err:.2e}");
+        assert!(err < 1e-4, "{key}: relative error {err:.2e}");
     }
     let grads = libreyolo_run::parity::classifier::gradients(io, &step.params, &grads).unwrap();
     assert_eq!(grads.len(), 326, "every parameter's gradient, the denoising class embedding's too");
@@ -205,31 +213,7 @@ fn denoising_loss_on_libreyolo_outputs_matches_it() {
     let layout = DenoisingLayout { queries: step.dn.queries, groups: step.dn.groups };
     let denoising = DenoisingLevels::of(&map("dn_boxes"), &map("dn_logits"), &layout);
     let terms = RtDetrLoss.compute(&levels, Some(&denoising), &step.targets, None);
-    let rel = |got: &Tensor<1>, name: &str| {
-        let want = io.get(name).scalar();
-        (read(got).1[0] as f64 - want).abs() / want.abs()
-    };
-    let suffix = |level: usize| match level {
-        0 => String::new(),
-        l if l <= 3 => format!("_aux_{}", l - 1),
-        l => format!("_dn_{}", l - 4),
-    };
-    let mut worst = (String::new(), 0f64);
-    for (level, parts) in terms.levels.iter().enumerate() {
-        for (part, name) in parts.iter().zip(["vfl", "bbox", "giou"]) {
-            let key = format!("loss.loss_{name}{}", suffix(level));
-            let err = rel(part, &key);
-            if err > worst.1 {
-                worst = (key, err);
-            }
-        }
-    }
-    for (got, name) in [(&terms.vfl, "sum.vfl"), (&terms.bbox, "sum.bbox"), (&terms.giou, "sum.giou"), (&terms.total, "loss.total_loss")] {
-        let err = rel(got, name);
-        if err > worst.1 {
-            worst = (name.to_string(), err);
-        }
-    }
+    let worst = term_errors(io, &terms).into_iter().fold((String::new(), 0f64), |m, e| if e.1 > m.1 { e } else { m });
     eprintln!("worst loss term on LibreYOLO's outputs: {} {:.2e}", worst.0, worst.1);
     assert!(worst.1 < 1e-5, "{}: relative error {:.2e}", worst.0, worst.1);
 }

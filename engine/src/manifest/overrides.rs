@@ -143,10 +143,15 @@ fn resolve_stage_key(key: &str, rest: &str, stage_names: &[String]) -> Result<Ke
 pub fn apply(table: &mut toml::Table, o: &Override) {
     use super::keypath::Segment;
     match o.path.0.as_slice() {
-        // `stage.NAME.FIELD`: the stage was found by name, so the table exists.
+        // `stage.NAME.FIELD`: the stage was found by name, so the table exists. Nothing after
+        // the `=` removes the field (its default: `stage.forward.until=` is no cut).
         [Segment::Key(stage), Segment::Index(i), Segment::Key(field)] if stage == "stage" => {
             if let Some(t) = table.get_mut("stage").and_then(|s| s.as_array_mut()).and_then(|a| a.get_mut(*i)).and_then(|t| t.as_table_mut()) {
-                t.insert(field.clone(), o.value.clone());
+                if o.raw_string && o.value.as_str() == Some("") {
+                    t.remove(field);
+                } else {
+                    t.insert(field.clone(), o.value.clone());
+                }
             }
         }
         [Segment::Key(section), Segment::Key(field)] => {
