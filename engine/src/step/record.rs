@@ -145,9 +145,11 @@ fn read_scalar(t: Tensor<1>) -> f64 {
 fn stable_copies(board: &Board, slots: &[Slot]) -> Vec<(Slot, Value)> {
     slots
         .iter()
-        .filter_map(|&s| board.get(s).map(|v| (s, v)))
-        .filter(|(_, v)| !v.tensors().is_empty())
-        .map(|(s, v)| (s, v.with_tensors(v.tensors().iter().map(AnyTensor::fresh_copy).collect())))
+        .filter_map(|&s| {
+            let v = board.get(s)?;
+            let tensors = v.tensors();
+            (!tensors.is_empty()).then(|| (s, v.with_tensors(tensors.iter().map(AnyTensor::fresh_copy).collect())))
+        })
         .collect()
 }
 

@@ -111,12 +111,17 @@ impl RtDetrDecoder {
         self.forward_denoised(feats, cx, denoising.as_ref())
     }
 
+    /// Whether the decoder refines denoising queries in training (`args.denoising > 0`).
+    pub fn denoises(&self) -> bool {
+        self.denoising > 0
+    }
+
     /// This batch's denoising groups (`None` without denoising): drawn from the network's seed
     /// mixed with the optimizer step, so a step draws the same groups however often it runs;
     /// laid in `2 x num_denoising` slots an image; all padding for a batch without a box (the
     /// decoder keeps its shapes).
     pub fn denoising(&self, targets: &DetrTargets, step: u64) -> Option<Denoising> {
-        if self.denoising == 0 {
+        if !self.denoises() {
             return None;
         }
         let mut rng = StdRng::seed_from_u64(self.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15));

@@ -27,13 +27,6 @@ impl DetrTargets {
         out
     }
 
-    /// From the loader's targets on the device (read to the host: a sync).
-    pub fn from_tensor(targets: &burn::tensor::Tensor<3>) -> Self {
-        let images = targets.dims()[0];
-        let rows: Vec<f32> = targets.clone().into_data().convert::<f32>().try_into_vec::<f32>().expect("f32 targets");
-        Self::from_rows(&rows, images)
-    }
-
     /// Boxes in the batch.
     pub fn count(&self) -> usize {
         self.labels.iter().map(Vec::len).sum()

@@ -30,7 +30,7 @@ pub static KIND: Kind = Kind {
         let Some(decoder) = decoder(&network) else {
             anyhow::bail!("stage `{}` (denoise.rtdetr) builds the denoising queries of an `RTDETRDecoder` head; this network's head is another block", b.stage);
         };
-        if decoder.denoising(&DetrTargets::default(), 0).is_none() {
+        if !decoder.denoises() {
             anyhow::bail!("stage `{}` (denoise.rtdetr): the decoder has no denoising queries (`args.denoising = 0`); remove the stage", b.stage);
         }
         Ok(Rc::new(DenoiseRtDetr { network, device: b.device.clone() }))
