@@ -205,8 +205,10 @@ impl RtDetrDecoder {
         let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).add(anchors);
         // The choice in f32: under bf16 many scores tie, and burn's top-k of a bf16 tensor in eval
         // failed every kernel on the H200 (its values' and indices' rows padded to different
-        // strides), leaving the indices unwritten.
-        let scores = enc_class.clone().max_dim(2).reshape([b, s]).cast(burn::tensor::FloatDType::F32);
+        // strides), leaving the indices unwritten. Without autodiff: only the indices are used,
+        // and burn's autodiff top-k sorts the whole row on the host (a read back every step, and
+        // no CUDA graph can hold it), where the inner backend's runs on the device.
+        let scores = enc_class.clone().without_autodiff().max_dim(2).reshape([b, s]).cast(burn::tensor::FloatDType::F32);
         let (_, index) = scores.topk_with_indices(self.queries, 1);
         let index = index.reshape([b, self.queries, 1]);
         let pick = |t: Tensor<3>, width: usize| t.gather(1, index.clone().repeat_dim(2, width));
