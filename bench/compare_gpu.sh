@@ -19,5 +19,7 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 sed "s|^path: .*|path: $PWD/.gpu/coco128|" .gpu/coco128/coco128.yaml > /tmp/coco128.yaml
 work=$(mktemp -d /tmp/compare.XXXX) # a fresh directory: a warm machine keeps /tmp
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)
-python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda --gpus "$gpus" "$@" 2>&1 | grep -v "━" | tee -a "$OUT/compare.txt" # appended: several invocations may share a remote run
-cp "$work"/*-compare*.json "$OUT/"
+status=0 # a failed run still leaves the others' figures in the JSON: copied back either way
+python3 bench/compare.py "$BIN" /tmp/coco128.yaml "$work" --device cuda --gpus "$gpus" "$@" 2>&1 | grep -v "━" | tee -a "$OUT/compare.txt" || status=$? # appended: several invocations may share a remote run
+cp "$work"/*-compare*.json "$OUT/" || true
+exit $status
