@@ -10,8 +10,9 @@
 //!    two on a shape's first run (burn-fusion searches on the first), one after eager runs of
 //!    it ([`crate::capture::one_graph`]);
 //! 2. one pass through the region with a capture window around each graph, its eager items run
-//!    between them on the capture run's outputs (their values are not computed yet: only their
-//!    buffers matter), and before each window after the first one more eager run of the
+//!    between them on the capture run's outputs (each window's graph replayed once before them,
+//!    so an item that reads values on the host reads computed ones), and before each window
+//!    after the first one more eager run of the
 //!    region, whose temporaries grow the pools outside a window (a recorded graph reserves its
 //!    pages). A window the backend refuses (it would allocate) is tried once more after another
 //!    warm-up run;
@@ -253,6 +254,7 @@ impl RegionOps<'_> {
         let tapes = Tapes::new(core.program.pieces);
         let refused = RefCell::new(None);
         let region = core.program.region.clone().expect("a region");
+        let region_end = region.end;
         let mut recorded: Vec<Recorded> = vec![];
         // Slots whose value a graph's buffer holds (a later graph reads them there).
         let mut made_by_graph: Vec<Slot> = entry.iter().map(|(s, _)| *s).collect();
@@ -260,10 +262,10 @@ impl RegionOps<'_> {
         for s in region {
             let seg = &core.program.segments[s];
             if !seg.graph {
-                // The eager items between windows compute on outputs no window has written yet:
-                // what they write of the state is discarded, and the state keeps the buffers the
-                // recorded graphs read (a capture tape holds the parameters here, so their
-                // writes could not be in place anyway).
+                // The eager items between windows compute on the earlier windows' outputs (each
+                // replayed once after its recording): what they write of the state is discarded,
+                // and the state keeps the buffers the recorded graphs read (a capture tape holds
+                // the parameters here, so their writes could not be in place anyway).
                 let held = hold(writers);
                 for i in seg.items.clone() {
                     core.run_item(i, &mut b, &tapes, Mode { in_graph: false, hardware: false }, &refused, self.step).map_err(fail)?;
@@ -307,6 +309,14 @@ impl RegionOps<'_> {
             };
             ran?;
             let graph = graph.transpose()?;
+            if let Some(g) = graph.as_ref().filter(|_| s + 1 < region_end) {
+                // The eager items after this window may read its outputs on the host (RT-DETR's
+                // Hungarian matching reads its costs): one replay computes them from the values
+                // the window was recorded on. What it writes of the state is put back after the
+                // pass. Safety: as a replay's (`replay_on`); the buffers are held by `b`, the
+                // stable copies and the stages.
+                unsafe { Dispatch::graph_replay(d, g) }.map_err(|e| PassError::Other(format!("replaying {}: {e:?}", describe(core, s))))?;
+            }
             made_by_graph.extend(seg.outputs.iter().copied());
             let outputs = seg.outputs.iter().filter_map(|&o| b.get(o).map(|v| (o, detached(v)))).collect();
             recorded.push(Recorded { segment: s, graph, stable, outputs });
