@@ -12,10 +12,9 @@
 //! 2. one pass through the region with a capture window around each graph, its eager items run
 //!    between them on the capture run's outputs (each window's graph replayed once before them,
 //!    so an item that reads values on the host reads computed ones), and before each window
-//!    after the first one more eager run of the
-//!    region, whose temporaries grow the pools outside a window (a recorded graph reserves its
-//!    pages). A window the backend refuses (it would allocate) is tried once more after another
-//!    warm-up run;
+//!    after the first one more eager run of the region, whose temporaries grow the pools outside
+//!    a window (a recorded graph reserves its pages). A window the backend refuses (it would
+//!    allocate) is tried once more after another warm-up run;
 //! 3. the state put back, and one replay from it on the capturing batch checked against the
 //!    warm-up runs ([`agree`]); that replay stands as the step's result.
 //!
