@@ -9,7 +9,7 @@ use burn::tensor::{DType, Device, FloatDType, Gradients, Tensor};
 use crate::params::{ParamId, ParamStore, Value};
 use crate::tensor::AnyTensor;
 
-/// A parameter as the forward pass uses it (`None`: a count).
+/// A parameter as the forward pass uses it (`None`: a count, or a running statistic in training).
 #[derive(Debug, Clone)]
 struct Live(Option<AnyTensor>);
 
@@ -164,6 +164,12 @@ impl Ctx {
                 let track = training && e.trains();
                 Live(match &e.value {
                     Value::Float(t) if track => Some(crate::each_rank!(t, x => x.clone().autodiff().require_grad())),
+                    // A training forward never reads the running statistics. Held here, their
+                    // buffers would be shared for as long as this context's tape lives, so the
+                    // fold of another part of the step could not write them in place: inside a
+                    // hardware graph that refuses the capture (a seam inside the network, e.g.
+                    // `until = "neck.elan_down2"` with the rest of the step captured).
+                    Value::Float(_) if training && e.role.is_running_statistic() => None,
                     Value::Float(t) => Some(t.clone()),
                     Value::Count(_) => None,
                 })

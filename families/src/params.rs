@@ -41,6 +41,12 @@ impl Role {
         matches!(self, Role::Weight | Role::Bias | Role::BnWeight | Role::BnBias | Role::NormWeight | Role::NormBias | Role::Embedding)
     }
 
+    /// A BatchNorm running statistic: read by inference forwards only (training normalises by
+    /// the batch's statistics) and written by the backward's fold.
+    pub fn is_running_statistic(self) -> bool {
+        matches!(self, Role::RunningMean | Role::RunningVar)
+    }
+
     /// Weight decay applies to it (LibreYOLO's parameter groups: weights, not biases or norms).
     pub fn decays(self) -> bool {
         matches!(self, Role::Weight | Role::Embedding)

@@ -469,7 +469,8 @@ pub struct Io<'a> {
     pub grad_slots: &'a [(Slot, Slot)],
     /// This run is inside a captured segment (a graph records it, or replays re-run it).
     pub in_graph: bool,
-    /// Inside a hardware graph: an in-place write to a shared buffer would be lost.
+    /// Recorded by a hardware graph (or a software capture standing in for one): an in-place
+    /// write to a shared buffer would be lost, so a stage refuses the capture instead.
     pub hardware: bool,
     /// Set by a stage inside a hardware graph that found a state tensor it writes shared.
     pub refused: &'a RefCell<Option<String>>,

@@ -50,7 +50,9 @@ pub struct Mode {
     /// Inside a captured segment (a graph records it, or a software replay re-runs it), or on
     /// its code path outside one (the region's eager runs, warm-ups and dry runs).
     pub in_graph: bool,
-    /// Inside a hardware capture window.
+    /// Inside a capture window whose writes must stay in their buffers: a hardware one, or a
+    /// software one (the CPU tests), which keeps the hardware graph's rules so that a marking
+    /// a GPU would refuse is refused on the CPU too.
     pub hardware: bool,
 }
 

@@ -292,7 +292,7 @@ impl RegionOps<'_> {
             }
             let _ = core.device.sync();
             let window = Dispatch::graph_start_capture(d).is_ok();
-            let mode = Mode { in_graph: true, hardware: window };
+            let mode = Mode { in_graph: true, hardware: window || core.allow_software };
             let mut ran = Ok(());
             for i in seg.items.clone() {
                 ran = core.run_item(i, &mut b, &tapes, mode, &refused, self.step).map_err(fail);

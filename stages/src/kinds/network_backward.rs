@@ -96,7 +96,7 @@ impl Stage for NetworkBackward {
         params.sort_by_key(|(id, _)| id.0);
         let mut store = self.params.borrow_mut();
         if io.hardware
-            && let Some(name) = shared(&store, |r| matches!(r, Role::RunningMean | Role::RunningVar))
+            && let Some(name) = shared(&store, Role::is_running_statistic)
         {
             io.refuse(format!("the step updates `{name}` while another handle holds its buffer, so the update would not reach the graph"));
         }
@@ -108,7 +108,7 @@ impl Stage for NetworkBackward {
 
     /// The BatchNorm running statistics, which the backward folds the batch statistics into.
     fn state(&self, visit: &mut dyn FnMut(StateMut<'_>)) {
-        for t in self.params.borrow_mut().tensors_mut_of(|r| matches!(r, Role::RunningMean | Role::RunningVar)) {
+        for t in self.params.borrow_mut().tensors_mut_of(Role::is_running_statistic) {
             visit(StateMut::Any(t));
         }
     }
