@@ -11,6 +11,7 @@
 
 pub mod analysis;
 pub mod artifacts;
+pub mod cupti;
 pub mod host_sampler;
 pub mod kernels;
 pub mod timeline;
@@ -43,9 +44,11 @@ pub struct Profiler {
     kernels: Option<KernelRecorder>,
     /// Whether the backend issues cubecl kernels the observer can time.
     observe_kernels: bool,
-    /// Graph replays in the synced half: their GPU time is the synced phase's wall time (a
-    /// replay issues no launches the observer could see).
+    /// Graph replays in the synced half as one kernel each, timed by the synced phase's wall
+    /// time: what the kernel view shows of a replay when CUPTI cannot trace its kernels.
     replays: Vec<analysis::KernelEvent>,
+    /// The kernels the graph replays of the synced half ran (CUPTI), when the run captures.
+    graph_kernels: Option<cupti::GraphKernels>,
     replay_in_phase: bool,
     /// A graph was replayed in the current step (for its [`StepRecord::replayed`]).
     replay_in_step: bool,
@@ -82,6 +85,7 @@ impl Profiler {
             kernels: None,
             observe_kernels,
             replays: vec![],
+            graph_kernels: None,
             replay_in_phase: false,
             replay_in_step: false,
             pages_at_real_start: None,
@@ -125,6 +129,12 @@ impl Profiler {
             if self.observe_kernels && self.kernels.is_none() {
                 let _ = self.device.sync();
                 self.kernels = Some(KernelRecorder::start());
+                if self.meta.capture {
+                    match cupti::GraphKernels::start(self.clock) {
+                        Ok(g) => self.graph_kernels = Some(g),
+                        Err(why) => tracing::info!("profile: each graph replay is one kernel in the kernel view (CUPTI: {why})"),
+                    }
+                }
             }
         }
         self.current = Some(Open { start: Instant::now(), fetched: None, phase: None, phases: vec![] });
@@ -147,6 +157,9 @@ impl Profiler {
             let _ = self.device.sync();
             if let Some(k) = &self.kernels {
                 k.enter(phase, step);
+            }
+            if let Some(g) = self.graph_kernels.as_mut() {
+                g.enter();
             }
         }
         let now = Instant::now();
@@ -177,6 +190,9 @@ impl Profiler {
         }
         let end = Instant::now();
         if let Some((phase, start)) = open.phase.take() {
+            if let Some(g) = self.graph_kernels.as_mut().filter(|_| synced) {
+                g.exit(&phase, step, replayed);
+            }
             let start_ms = start.duration_since(self.clock).as_secs_f64() * 1e3;
             let dur_ms = end.duration_since(start).as_secs_f64() * 1e3;
             if synced && replayed && self.observe_kernels {
@@ -195,6 +211,9 @@ impl Profiler {
     /// The step ended (after `images` images); `Done` once the window is complete.
     pub fn end_step(&mut self) -> Progress {
         let synced = self.synced();
+        if let Some(g) = self.graph_kernels.as_ref().filter(|_| synced) {
+            g.step_done();
+        }
         let replayed = std::mem::take(&mut self.replay_in_step);
         if let Some(open) = self.current.take() {
             let end = Instant::now();
@@ -226,12 +245,24 @@ impl Profiler {
     pub fn finish(mut self) -> Profile {
         let _ = self.device.sync();
         let mut kernels = self.kernels.take().map(|k| k.finish(self.clock)).unwrap_or_default();
-        kernels.append(&mut self.replays);
+        let mut timing = "device (cubecl launch observer, deferred events)".to_string();
+        match self.graph_kernels.take().map(cupti::GraphKernels::finish) {
+            Some(Ok(graph)) if !graph.is_empty() => {
+                kernels.extend(graph);
+                timing.push_str("; graph replays: CUPTI activity records");
+            }
+            other => {
+                if let Some(why) = other.map(|r| r.err().unwrap_or_else(|| "no kernel record came from a graph".into())) {
+                    tracing::warn!("profile: CUPTI traced no graph kernel ({why}); each replay is one kernel in the kernel view");
+                }
+                kernels.append(&mut self.replays);
+            }
+        }
         let real = self.steps.iter().filter(|s| !s.synced).count().max(1);
         let m = Measurements {
             steps: self.steps,
             kernels,
-            kernel_timing: self.observe_kernels.then(|| "device (cubecl launch observer, deferred events)".to_string()),
+            kernel_timing: self.observe_kernels.then_some(timing),
             pool_pages_per_step: self.pages_per_step,
             peak_memory_mb: self.peak_bytes.map(|b| b as f64 / 1e6),
             probe_overhead_us_per_step: self.probe_ns as f64 / 1e3 / real as f64,
