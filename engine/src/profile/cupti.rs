@@ -7,8 +7,8 @@
 //! records that came from a graph (`graphId != 0`); the observer keeps timing the eager kernels.
 //!
 //! The library is opened at run time, so a build without CUDA still runs: `LIBREYOLO_CUPTI`
-//! names it, else the usual names are tried (the CUDA toolkit's, and the one PyTorch's CUDA 13
-//! wheels install). Without it a replay stays one `cuda graph replay` kernel, as before.
+//! names it (`1`: the usual names are tried, the CUDA toolkit's and the loader's). Without it a
+//! replay stays one `cuda graph replay` kernel, as before.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,10 +18,12 @@ use libloading::Library;
 
 use super::analysis::KernelEvent;
 
-/// The environment variable naming the CUPTI library (`0` turns the graph view off).
+/// The environment variable that turns the graph view on: the CUPTI library's path, or `1` for
+/// the usual names. Off unless set, until it has been run on a GPU (on a machine without a
+/// driver CUPTI's own calls crash, so a fault here would lose a whole profile).
 pub const LIB_ENV: &str = "LIBREYOLO_CUPTI";
 
-/// Where the library is looked for when `LIBREYOLO_CUPTI` is not set.
+/// Where the library is looked for with `LIBREYOLO_CUPTI=1`.
 const CANDIDATES: &[&str] = &[
     "libcupti.so.13",
     "libcupti.so.12",
@@ -114,18 +116,12 @@ fn api() -> &'static Result<Api, String> {
     API.get_or_init(|| {
         let chosen = std::env::var(LIB_ENV).ok().filter(|v| !v.is_empty());
         match chosen.as_deref() {
-            Some("0") => Err(format!("{LIB_ENV}=0")),
-            Some(path) => Api::open(path),
-            None => {
-                let mut tried = vec![];
-                for c in CANDIDATES {
-                    match Api::open(c) {
-                        Ok(api) => return Ok(api),
-                        Err(e) => tried.push(e),
-                    }
-                }
-                Err(format!("no CUPTI library found (set {LIB_ENV}=/path/to/libcupti.so); tried {}", CANDIDATES.join(", ")))
-            }
+            None | Some("0") => Err(format!("off; {LIB_ENV}=/path/to/libcupti.so.13 (or 1: the usual names) turns it on")),
+            Some(path) if path != "1" => Api::open(path),
+            Some(_) => CANDIDATES
+                .iter()
+                .find_map(|c| Api::open(c).ok())
+                .ok_or_else(|| format!("no CUPTI library found (set {LIB_ENV}=/path/to/libcupti.so.13); tried {}", CANDIDATES.join(", "))),
         }
     })
 }
