@@ -40,11 +40,9 @@ impl LossScale {
 
     /// Unscales `grads` and returns whether all of them are finite (`[1]`, on the device); the
     /// scale halves after a step that is not, doubles after 2000 that are. Reads nothing back.
-    pub fn unscale(&mut self, grads: &mut [(ParamId, Tensor<1>)]) -> Tensor<1, Bool> {
-        for (_, g) in grads.iter_mut() {
-            let t = std::mem::replace(g, g.zeros_like());
-            *g = t.mul(self.inv.clone());
-        }
+    pub fn unscale(&mut self, grads: &mut Vec<(ParamId, Tensor<1>)>) -> Tensor<1, Bool> {
+        // Each gradient moved into its product, so a lone handle is scaled in place.
+        *grads = std::mem::take(grads).into_iter().map(|(id, g)| (id, g.mul(self.inv.clone()))).collect();
         let bad = grads
             .iter()
             .map(|(_, g)| g.clone().is_nan().bool_or(g.clone().is_inf()).int().sum())

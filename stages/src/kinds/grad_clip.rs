@@ -53,8 +53,6 @@ pub fn clip_global_norm(grads: &mut Grads, max_norm: f64, inv_scale: Option<Tens
         None => norm,
     };
     let factor = norm.add_scalar(1e-6).recip().mul_scalar(max_norm).clamp_max(1.0);
-    for (_, g) in grads.iter_mut() {
-        let t = std::mem::replace(g, g.zeros_like());
-        *g = t.mul(factor.clone());
-    }
+    // Each gradient moved into its product, so a lone handle is scaled in place.
+    *grads = std::mem::take(grads).into_iter().map(|(id, g)| (id, g.mul(factor.clone()))).collect();
 }
