@@ -435,3 +435,25 @@ impl<'a> Compiler<'a> {
         }
     }
 }
+
+impl Program {
+    /// The items of [`Program::span`] as a range over items.
+    pub fn span_items(&self) -> Range<usize> {
+        self.span_range.clone()
+    }
+
+    /// The slots the items of `range` read from before it.
+    pub fn inputs_of(&self, range: Range<usize>) -> Vec<Slot> {
+        let mut written: Vec<Slot> = vec![];
+        let mut out: Vec<Slot> = vec![];
+        for item in &self.items[range] {
+            for &r in &item.reads {
+                if !written.contains(&r) && !out.contains(&r) {
+                    out.push(r);
+                }
+            }
+            written.extend(item.writes.iter().copied());
+        }
+        out
+    }
+}

@@ -33,7 +33,7 @@ use burn::tensor::Tensor;
 use libreyolo_stages::kinds::optimizer::{Saved, save_one, write_saved};
 use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StateMut, StepInfo, Value};
 
-use super::exec::{Core, Mode, Tapes};
+use super::core::{Core, Mode, Tapes};
 use crate::capture::{GraphOps, one_graph};
 
 /// A recorded graph segment of the region.

@@ -17,7 +17,7 @@ use libreyolo_stages::stage::{Alone, Board, Part, StepInfo, Value};
 
 use crate::dag::StepDag;
 use crate::manifest::LoadedManifest;
-use crate::step::exec::Tapes;
+use crate::step::core::Tapes;
 use crate::step::{Core, Options, Program};
 
 use super::precision::Precision;
