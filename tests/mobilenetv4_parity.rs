@@ -8,7 +8,8 @@
 //! the gradient of every parameter.
 
 use burn::tensor::Device;
-use libreyolo_run::parity::fixture::{check_classifier, keys_and_shapes, project_dir as fixtures};
+use libreyolo_run::parity::classifier::check_classifier;
+use libreyolo_run::parity::fixture::{keys_and_shapes, project_dir as fixtures};
 
 #[test]
 fn every_mobilenetv4_manifest_matches_libreyolo_keys_and_count() {

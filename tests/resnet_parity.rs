@@ -6,7 +6,8 @@
 //! forward, its cross-entropy and the gradient of every parameter.
 
 use burn::tensor::Device;
-use libreyolo_run::parity::fixture::{check_classifier, fixture_network, project_dir as fixtures};
+use libreyolo_run::parity::classifier::check_classifier;
+use libreyolo_run::parity::fixture::{fixture_network, project_dir as fixtures};
 
 #[test]
 fn resnet18_matches_libreyolo_keys_and_count() {

@@ -127,28 +127,8 @@ pub struct ParamId(pub usize);
 #[derive(Debug, Clone, Default)]
 pub struct ParamStore {
     entries: Vec<Entry>,
-    /// Updates copy their result into each tensor's own buffer ([`update_in_place`]).
+    /// Updates copy their result into each tensor's own buffer ([`update_in_place`](crate::tensor::update_in_place)).
     stable_buffers: bool,
-}
-
-/// Writes `new` (same shape) into `t`'s own buffer: a slice assignment, which writes in place
-/// when the buffer is uniquely owned (burn-0.22.md 4.5). A captured graph keeps reading and
-/// writing the buffers it recorded, so its state is refreshed this way, never replaced.
-pub fn write_into<const D: usize>(t: &mut Tensor<D>, new: Tensor<D>) {
-    let ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| 0..new.dims()[i]);
-    t.inplace(|t| t.slice_assign(ranges, new));
-}
-
-/// `t = f(t)`. With `stable` the result is copied into `t`'s buffer ([`write_into`]); without,
-/// `t` takes whichever buffer the op wrote, which the fusion backend picks (in place or not: on
-/// the H200 a whole step captured this way recorded its updates into new buffers).
-pub fn update_in_place<const D: usize>(t: &mut Tensor<D>, stable: bool, f: impl FnOnce(Tensor<D>) -> Tensor<D>) {
-    if stable {
-        let new = f(t.clone());
-        write_into(t, new);
-    } else {
-        t.inplace(f);
-    }
 }
 
 impl ParamStore {

@@ -114,7 +114,7 @@ impl AnyTensor {
     pub fn fresh_copy(&self) -> AnyTensor {
         fn copy<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
             let mut out = t.clone().inner().zeros_like();
-            crate::params::write_into(&mut out, t.clone().inner());
+            write_into(&mut out, t.clone().inner());
             out
         }
         crate::each_rank!(self, t => copy(t))
@@ -127,7 +127,7 @@ impl AnyTensor {
             if unique && !t.can_mut() {
                 return Err("a stable input buffer is shared, so an in-place refresh would not reach the graph".into());
             }
-            crate::params::write_into(t, new.clone().inner());
+            write_into(t, new.clone().inner());
             Ok(())
         }
         match (self, new) {
@@ -166,13 +166,13 @@ impl AnyTensor {
     }
 
     /// Writes `new` (same rank and shape) into this tensor's own buffer (in place when it is
-    /// uniquely owned; see [`crate::params::write_into`]).
+    /// uniquely owned; see [`write_into`]).
     pub fn write(&mut self, new: AnyTensor) {
         match (self, new) {
-            (AnyTensor::R1(t), AnyTensor::R1(n)) => crate::params::write_into(t, n),
-            (AnyTensor::R2(t), AnyTensor::R2(n)) => crate::params::write_into(t, n),
-            (AnyTensor::R3(t), AnyTensor::R3(n)) => crate::params::write_into(t, n),
-            (AnyTensor::R4(t), AnyTensor::R4(n)) => crate::params::write_into(t, n),
+            (AnyTensor::R1(t), AnyTensor::R1(n)) => write_into(t, n),
+            (AnyTensor::R2(t), AnyTensor::R2(n)) => write_into(t, n),
+            (AnyTensor::R3(t), AnyTensor::R3(n)) => write_into(t, n),
+            (AnyTensor::R4(t), AnyTensor::R4(n)) => write_into(t, n),
             _ => panic!("a write of another rank"),
         }
     }
@@ -204,5 +204,25 @@ impl AnyTensor {
             (AnyTensor::R4(a), AnyTensor::R4(b)) => a.clone().sub(b.clone()).square().sum(),
             _ => panic!("a distance between tensors of different ranks"),
         }
+    }
+}
+
+/// Writes `new` (same shape) into `t`'s own buffer: a slice assignment, which writes in place
+/// when the buffer is uniquely owned (burn-0.22.md 4.5). A captured graph keeps reading and
+/// writing the buffers it recorded, so its state is refreshed this way, never replaced.
+pub fn write_into<const D: usize>(t: &mut Tensor<D>, new: Tensor<D>) {
+    let ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| 0..new.dims()[i]);
+    t.inplace(|t| t.slice_assign(ranges, new));
+}
+
+/// `t = f(t)`. With `stable` the result is copied into `t`'s buffer ([`write_into`]); without,
+/// `t` takes whichever buffer the op wrote, which the fusion backend picks (in place or not: on
+/// the H200 a whole step captured this way recorded its updates into new buffers).
+pub fn update_in_place<const D: usize>(t: &mut Tensor<D>, stable: bool, f: impl FnOnce(Tensor<D>) -> Tensor<D>) {
+    if stable {
+        let new = f(t.clone());
+        write_into(t, new);
+    } else {
+        t.inplace(f);
     }
 }

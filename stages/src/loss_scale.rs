@@ -4,7 +4,7 @@
 
 use burn::tensor::{Bool, Device, Tensor};
 use libreyolo_families::ParamId;
-use libreyolo_families::params::write_into;
+use libreyolo_families::tensor::write_into;
 
 use crate::optim::device_scalar;
 

@@ -25,7 +25,7 @@ use burn::tensor::Tensor;
 
 use serde::Serialize;
 
-pub use libreyolo_families::params::write_into;
+pub use libreyolo_families::tensor::write_into;
 
 /// A copy of `t` in a fresh, uniquely owned buffer of its shape, dtype and device: a buffer a
 /// graph can read or write in place.

@@ -134,3 +134,13 @@ pub fn gradients(io: &Fixture, params: &ParamStore, grads: &[(libreyolo_families
         })
         .collect()
 }
+
+/// A narrow classifier's fixture of the project (`tests/fixtures/NAME*`) on the CPU through
+/// [`run`], asserted: every figure within its tolerance. Returns how many
+/// gradients and BatchNorm buffers were checked (a test asserts the numbers).
+pub fn check_classifier(name: &str) -> (usize, usize) {
+    let report = run(&super::fixture::project_dir(), name, &Device::flex()).unwrap_or_else(|e| panic!("{e:#}"));
+    let failures = report.failures();
+    assert!(failures.is_empty(), "{name} against LibreYOLO:\n  {}", failures.join("\n  "));
+    (report.grads.len(), report.bn_stats.len())
+}

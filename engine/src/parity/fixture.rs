@@ -153,16 +153,6 @@ pub fn check_running_stats(io: &Fixture, params: &libreyolo_families::ParamStore
     stats.len()
 }
 
-/// A narrow classifier's fixture of the project (`tests/fixtures/NAME*`) on the CPU through
-/// [`super::classifier::run`], asserted: every figure within its tolerance. Returns how many
-/// gradients and BatchNorm buffers were checked (a test asserts the numbers).
-pub fn check_classifier(name: &str) -> (usize, usize) {
-    let report = super::classifier::run(&project_dir(), name, &Device::flex()).unwrap_or_else(|e| panic!("{e:#}"));
-    let failures = report.failures();
-    assert!(failures.is_empty(), "{name} against LibreYOLO:\n  {}", failures.join("\n  "));
-    (report.grads.len(), report.bn_stats.len())
-}
-
 /// Max |a - b|.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");

@@ -3,7 +3,7 @@
 //! source * take` (the EMA, BatchNorm's running statistics).
 //!
 //! Why: a captured step must find every state tensor in the buffer it recorded. Composed of
-//! tensor operations, an update lands in a new buffer and is copied back (`params::write_into`):
+//! tensor operations, an update lands in a new buffer and is copied back (`tensor::write_into`):
 //! on the H200 the whole step's optimizer, EMA and running statistics cost ~9,700 launches a
 //! step this way (two fused kernels and two copies per parameter), against ~2,960 here. Each
 //! run of the step outside a graph (the eager steps before the capture, its warm-up run, the

@@ -7,7 +7,17 @@ use std::sync::{Arc, OnceLock};
 use image::RgbImage;
 use rayon::prelude::*;
 
-use super::dataset::Dataset;
+/// What the cache keeps images of: a split's images, by index (the dataset).
+pub trait Source: Sync {
+    /// The split's name, for the log.
+    fn split(&self) -> &str;
+    /// How many images it has.
+    fn images(&self) -> usize;
+    /// Image `i`'s file (the disk cache's sidecar sits beside it).
+    fn image_path(&self, i: usize) -> &Path;
+    /// Image `i` decoded and pre-resized.
+    fn decode(&self, i: usize) -> Result<RgbImage, String>;
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheMode {
@@ -33,26 +43,26 @@ impl ImageCache {
     }
 
     /// Fills a RAM cache (in parallel) or writes missing sidecar files.
-    pub fn warm(&self, ds: &Dataset) {
+    pub fn warm(&self, ds: &dyn Source) {
         let start = std::time::Instant::now();
         match self {
             Self::None => return,
             Self::Ram(_) | Self::Disk { .. } => {
-                (0..ds.len()).into_par_iter().for_each(|i| {
+                (0..ds.images()).into_par_iter().for_each(|i| {
                     let _ = self.get(ds, i);
                 });
             }
         }
-        tracing::info!("{} split: {} images cached in {:.1}s", ds.split, ds.len(), start.elapsed().as_secs_f64());
+        tracing::info!("{} split: {} images cached in {:.1}s", ds.split(), ds.images(), start.elapsed().as_secs_f64());
     }
 
-    pub fn get(&self, ds: &Dataset, i: usize) -> Result<Arc<RgbImage>, String> {
+    pub fn get(&self, ds: &dyn Source, i: usize) -> Result<Arc<RgbImage>, String> {
         match self {
             Self::None => ds.decode(i).map(Arc::new),
             Self::Ram(slots) => slots[i].get_or_init(|| ds.decode(i).map(Arc::new)).clone(),
             Self::Disk { target } => {
-                let sidecar = sidecar_path(&ds.items[i].image, *target);
-                if let Some(img) = read_sidecar(&sidecar, &ds.items[i].image) {
+                let sidecar = sidecar_path(ds.image_path(i), *target);
+                if let Some(img) = read_sidecar(&sidecar, ds.image_path(i)) {
                     return Ok(Arc::new(img));
                 }
                 let img = ds.decode(i)?;

@@ -10,7 +10,7 @@ use image::RgbImage;
 use rayon::prelude::*;
 
 use super::augment::Boxes;
-use super::cache::{CacheMode, ImageCache};
+use super::cache::{CacheMode, ImageCache, Source};
 use super::image as img;
 use super::labels::{self, Label, RowWarning};
 
@@ -151,7 +151,7 @@ impl Dataset {
         }
         let cache = ImageCache::new(cache, items.len(), target);
         let dataset = Arc::new(Self { split: split.into(), items, nc, target, cache, failed_decodes: AtomicUsize::new(0), report });
-        dataset.cache.warm(&dataset);
+        dataset.cache.warm(&*dataset);
         Ok(dataset)
     }
 
@@ -181,7 +181,7 @@ impl Dataset {
     }
 
     /// Decodes and pre-resizes image `i` (used by the cache).
-    pub(crate) fn decode(&self, i: usize) -> Result<RgbImage, String> {
+    fn decode_image(&self, i: usize) -> Result<RgbImage, String> {
         let path = &self.items[i].image;
         let decoded = match self.target {
             Some((h, w)) => img::load_resized(path, h, w).map(|(im, _)| im),
@@ -246,5 +246,20 @@ fn list_images(split: &str, source: &Path, out: &mut Vec<PathBuf>) -> Result<(),
         Ok(())
     } else {
         Err(DatasetError::Missing { split: split.into(), path: source.to_path_buf() })
+    }
+}
+
+impl Source for Dataset {
+    fn split(&self) -> &str {
+        &self.split
+    }
+    fn images(&self) -> usize {
+        self.items.len()
+    }
+    fn image_path(&self, i: usize) -> &Path {
+        &self.items[i].image
+    }
+    fn decode(&self, i: usize) -> Result<RgbImage, String> {
+        self.decode_image(i)
     }
 }

@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use burn::tensor::{Bool, Tensor};
 use libreyolo_families::ParamStore;
-use libreyolo_families::params::write_into;
+use libreyolo_families::tensor::write_into;
 
 use crate::loss_scale::{LossScale, read_finite};
 use crate::stage::{AnyTensor, Autodiff, Io, Kind, Stage, StateMut, StepInfo, Ty, Update, Value, no_collective, port};

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use burn::tensor::Tensor;
-use libreyolo_families::params::update_in_place;
+use libreyolo_families::tensor::update_in_place;
 use libreyolo_families::{ParamId, ParamStore};
 
 use super::{Groups, Optimizer, Rates, Resolved, Scalars, device_scalar, trainable, update_param, write_scalar, zeros_for};

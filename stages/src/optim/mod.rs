@@ -8,7 +8,7 @@ pub mod groups;
 pub mod sgd;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_families::params::update_in_place;
+use libreyolo_families::tensor::update_in_place;
 use libreyolo_families::{ParamId, ParamStore, Value};
 
 pub use adamw::AdamW;
@@ -95,7 +95,7 @@ pub fn device_scalar(value: f64, device: &Device) -> Tensor<1> {
 /// Writes `value` into the `[1]` tensor `t`, in place (its buffer stays the one a graph reads).
 pub fn write_scalar(t: &mut Tensor<1>, value: f64) {
     let new = device_scalar(value, &t.device());
-    libreyolo_families::params::write_into(t, new);
+    libreyolo_families::tensor::write_into(t, new);
 }
 
 /// A step over the gradients of one backward pass, device work only: its whole state lives in
