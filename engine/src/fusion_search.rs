@@ -48,12 +48,9 @@ fn config(max_blocks: usize) -> BurnConfig {
     config.override_from_env()
 }
 
-/// Sets burn's fusion search unless a `burn.toml` does, or burn's configuration was already set
-/// or read (the first call of a process wins).
+/// Sets burn's fusion search unless burn's configuration was already set or read (the first
+/// call of a process wins). The caller leaves it to a `burn.toml` when there is one.
 pub fn configure() {
-    if crate::kernel_cache::config_file_above(&["burn.toml", "Burn.toml"]) {
-        return;
-    }
     // An invalid value was refused at start-up (cli::main); here it falls back to ours.
     BurnConfig::try_set(config(max_blocks().unwrap_or(DEFAULT_MAX_BLOCKS)));
 }

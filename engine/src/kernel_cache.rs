@@ -71,7 +71,10 @@ pub fn config_file_above(names: &[&str]) -> bool {
 /// already configures it, and sets burn-fusion's search width (`fusion_search`). Must run before
 /// the first GPU tensor; later calls do nothing.
 pub fn configure() -> Option<PathBuf> {
-    crate::fusion_search::configure();
+    // A `burn.toml` in the working directory or above sets burn's own configuration.
+    if !config_file_above(&["burn.toml", "Burn.toml"]) {
+        crate::fusion_search::configure();
+    }
     for (var, default) in [(CONV_KERNELS_ENV, DEFAULT_CONV_KERNELS), (MATMUL_KERNELS_ENV, DEFAULT_MATMUL_KERNELS)] {
         if std::env::var_os(var).is_none() {
             // SAFETY: called at the start of a command, before any thread that reads the

@@ -1,6 +1,6 @@
 //! What a topology's `block = "..."` names: a [`BlockKind`] (its arguments and how to build it)
 //! and the [`Layer`] it builds. A block is one file under `blocks/` with its `BLOCK` and one line
-//! in [`crate::blocks::BLOCKS`].
+//! in [`crate::registry::BLOCKS`].
 
 use std::any::Any;
 use std::collections::BTreeMap;

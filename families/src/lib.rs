@@ -7,6 +7,7 @@ pub mod ctx;
 pub mod mobilenetv4;
 pub mod network;
 pub mod params;
+pub mod registry;
 pub mod resnet;
 pub mod rtdetr;
 pub mod tensor;

@@ -7,9 +7,9 @@ use std::rc::Rc;
 use burn::tensor::{Device, Tensor};
 
 use crate::block::{Args, BlockBuild, Layer as Built, Out, Shape, did_you_mean};
-use crate::blocks::BLOCKS;
 use crate::ctx::Ctx;
 use crate::params::{BuildState, ParamStore};
+use crate::registry::BLOCKS;
 use crate::topology::{INPUT, LayerSpec, Sources, TopologyError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -257,7 +257,7 @@ fn check_until(loaded: &LoadedManifest, i: usize, kind: &Kind, layer: &str) -> R
     };
     let why = if layers[seam].aux {
         Some("it is a layer of the PGI auxiliary branch, which runs only in training with `aux_weight > 0`".to_string())
-    } else if let Some(head) = layers[..=seam].iter().find(|l| libreyolo_families::blocks::BLOCKS.iter().any(|k| k.head && k.name == l.block)) {
+    } else if let Some(head) = layers[..=seam].iter().find(|l| libreyolo_families::registry::BLOCKS.iter().any(|k| k.head && k.name == l.block)) {
         Some(format!("the detection head `{}` comes before it: the seam must come before every head, whose maps the eager loss reads", head.name))
     } else {
         layers[seam + 1..].iter().find(|l| reads_images(l)).map(|l| format!("layer `{}` after it reads the images", l.name))
