@@ -296,10 +296,9 @@ impl GraphKernels {
         self.entered = Some(self.trace.now_ns());
     }
 
-    /// The synced phase ends (the device drained); `replayed`: it replayed a graph.
-    pub fn exit(&mut self, phase: &str, step: usize, replayed: bool) {
-        let start = self.entered.take();
-        if let Some(start) = start.filter(|_| replayed) {
+    /// The synced phase ends (the device drained), having replayed a graph.
+    pub fn exit(&mut self, phase: &str, step: usize) {
+        if let Some(start) = self.entered.take() {
             self.spans.push(Span { phase: phase.to_string(), step, start, end: self.trace.now_ns() });
         }
     }

@@ -44,14 +44,7 @@ pub struct Profiler {
     kernels: Option<KernelRecorder>,
     /// Whether the backend issues cubecl kernels the observer can time.
     observe_kernels: bool,
-    /// Graph replays in the synced half as one kernel each, timed by the synced phase's wall
-    /// time: what the kernel view shows of a replay when CUPTI cannot trace its kernels.
-    replays: Vec<analysis::KernelEvent>,
-    /// The kernels the graph replays of the synced half ran (CUPTI), when the run captures.
-    graph_kernels: Option<cupti::GraphKernels>,
-    replay_in_phase: bool,
-    /// A graph was replayed in the current step (for its [`StepRecord::replayed`]).
-    replay_in_step: bool,
+    replays: Replays,
     pages_at_real_start: Option<u64>,
     pages_per_step: Option<f64>,
     peak_bytes: Option<u64>,
@@ -84,10 +77,7 @@ impl Profiler {
             current: None,
             kernels: None,
             observe_kernels,
-            replays: vec![],
-            graph_kernels: None,
-            replay_in_phase: false,
-            replay_in_step: false,
+            replays: Replays::default(),
             pages_at_real_start: None,
             pages_per_step: None,
             peak_bytes: None,
@@ -130,10 +120,7 @@ impl Profiler {
                 let _ = self.device.sync();
                 self.kernels = Some(KernelRecorder::start());
                 if self.meta.capture {
-                    match cupti::GraphKernels::start(self.clock) {
-                        Ok(g) => self.graph_kernels = Some(g),
-                        Err(why) => tracing::info!("profile: each graph replay is one kernel in the kernel view (CUPTI: {why})"),
-                    }
+                    self.replays.trace_kernels(self.clock);
                 }
             }
         }
@@ -158,9 +145,7 @@ impl Profiler {
             if let Some(k) = &self.kernels {
                 k.enter(phase, step);
             }
-            if let Some(g) = self.graph_kernels.as_mut() {
-                g.enter();
-            }
+            self.replays.enter();
         }
         let now = Instant::now();
         open.phase = Some((phase.to_string(), now));
@@ -171,14 +156,14 @@ impl Profiler {
 
     /// A captured graph was replayed in the current phase.
     pub fn graph_replayed(&mut self) {
-        self.replay_in_phase = true;
-        self.replay_in_step = true;
+        self.replays.in_phase = true;
+        self.replays.in_step = true;
     }
 
     /// The phase entered last ends.
     pub fn exit(&mut self) {
         let synced = self.synced();
-        let replayed = std::mem::take(&mut self.replay_in_phase);
+        let replayed = std::mem::take(&mut self.replays.in_phase);
         let step = self.seen;
         let Some(open) = self.current.as_mut() else { return };
         let t0 = Instant::now();
@@ -190,13 +175,10 @@ impl Profiler {
         }
         let end = Instant::now();
         if let Some((phase, start)) = open.phase.take() {
-            if let Some(g) = self.graph_kernels.as_mut().filter(|_| synced) {
-                g.exit(&phase, step, replayed);
-            }
             let start_ms = start.duration_since(self.clock).as_secs_f64() * 1e3;
             let dur_ms = end.duration_since(start).as_secs_f64() * 1e3;
             if synced && replayed && self.observe_kernels {
-                self.replays.push(analysis::KernelEvent { name: "cuda graph replay".into(), phase: phase.clone(), step, start_ms, dur_ms });
+                self.replays.phase_ended(analysis::KernelEvent { name: "cuda graph replay".into(), phase: phase.clone(), step, start_ms, dur_ms });
             }
             open.phases.push(PhaseSpan { phase, start_ms, dur_ms });
         }
@@ -211,10 +193,7 @@ impl Profiler {
     /// The step ended (after `images` images); `Done` once the window is complete.
     pub fn end_step(&mut self) -> Progress {
         let synced = self.synced();
-        if let Some(g) = self.graph_kernels.as_ref().filter(|_| synced) {
-            g.step_done();
-        }
-        let replayed = std::mem::take(&mut self.replay_in_step);
+        let replayed = self.replays.step_ended(synced);
         if let Some(open) = self.current.take() {
             let end = Instant::now();
             let start = self.ms(open.start);
@@ -245,19 +224,7 @@ impl Profiler {
     pub fn finish(mut self) -> Profile {
         let _ = self.device.sync();
         let mut kernels = self.kernels.take().map(|k| k.finish(self.clock)).unwrap_or_default();
-        let mut timing = "device (cubecl launch observer, deferred events)".to_string();
-        match self.graph_kernels.take().map(cupti::GraphKernels::finish) {
-            Some(Ok(graph)) if !graph.is_empty() => {
-                kernels.extend(graph);
-                timing.push_str("; graph replays: CUPTI activity records");
-            }
-            other => {
-                if let Some(why) = other.map(|r| r.err().unwrap_or_else(|| "no kernel record came from a graph".into())) {
-                    tracing::warn!("profile: CUPTI traced no graph kernel ({why}); each replay is one kernel in the kernel view");
-                }
-                kernels.append(&mut self.replays);
-            }
-        }
+        let timing = format!("device (cubecl launch observer, deferred events{})", self.replays.finish(&mut kernels));
         let real = self.steps.iter().filter(|s| !s.synced).count().max(1);
         let m = Measurements {
             steps: self.steps,
@@ -271,6 +238,70 @@ impl Profiler {
             warmup_compile: self.warmup_compile.take(),
         };
         analysis::analyse(self.meta, self.warmup, m)
+    }
+}
+
+/// The graph replays of the synced half in the kernel view: the kernels each ran, traced by
+/// CUPTI when the run captures and CUPTI is on, else one kernel a replay, timed by the synced
+/// wall time of the phase that replayed it (device time plus the replay's launch).
+#[derive(Default)]
+struct Replays {
+    /// One event a replay: the kernel view's fallback.
+    events: Vec<analysis::KernelEvent>,
+    traced: Option<cupti::GraphKernels>,
+    /// A graph was replayed in the current phase, and in the current step (for its
+    /// [`StepRecord::replayed`]).
+    in_phase: bool,
+    in_step: bool,
+}
+
+impl Replays {
+    /// Turns CUPTI's kernel tracing on for the synced half, when it can be.
+    fn trace_kernels(&mut self, clock: Instant) {
+        match cupti::GraphKernels::start(clock) {
+            Ok(g) => self.traced = Some(g),
+            Err(why) => tracing::info!("profile: each graph replay is one kernel in the kernel view (CUPTI: {why})"),
+        }
+    }
+
+    /// A synced phase starts (the device drained).
+    fn enter(&mut self) {
+        if let Some(g) = self.traced.as_mut() {
+            g.enter();
+        }
+    }
+
+    /// A synced phase that replayed a graph ended, `replay` its span as one kernel.
+    fn phase_ended(&mut self, replay: analysis::KernelEvent) {
+        if let Some(g) = self.traced.as_mut() {
+            g.exit(&replay.phase, replay.step);
+        }
+        self.events.push(replay);
+    }
+
+    /// A step ended: whether it replayed a graph (the traced records collected when synced).
+    fn step_ended(&mut self, synced: bool) -> bool {
+        if let Some(g) = self.traced.as_ref().filter(|_| synced) {
+            g.step_done();
+        }
+        std::mem::take(&mut self.in_step)
+    }
+
+    /// Adds the replays' kernels to `kernels`; returns what `kernel_timing` says of them.
+    fn finish(&mut self, kernels: &mut Vec<analysis::KernelEvent>) -> &'static str {
+        match self.traced.take().map(cupti::GraphKernels::finish) {
+            Some(Ok(graph)) if !graph.is_empty() => {
+                kernels.extend(graph);
+                "; graph replays: CUPTI activity records"
+            }
+            other => {
+                if let Some(why) = other.map(|r| r.err().unwrap_or_else(|| "no kernel record came from a graph".into())) {
+                    tracing::warn!("profile: CUPTI traced no graph kernel ({why}); each replay is one kernel in the kernel view");
+                }
+                kernels.append(&mut self.events);
+                ""
+            }
+        }
     }
 }
 
