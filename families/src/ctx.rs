@@ -18,6 +18,7 @@ macro_rules! live_rank {
         fn $name(&self, id: ParamId) -> Tensor<$d> {
             match &self.0 {
                 Some(AnyTensor::$variant(t)) => t.clone(),
+                None => panic!("parameter {} has no tensor in this context: a count, or a running statistic, which a training context does not hold", id.0),
                 other => panic!("parameter {} is not rank {}: {other:?}", id.0, $d),
             }
         }

@@ -216,20 +216,29 @@ pub struct GraphTrace {
     api: &'static Api,
 }
 
+/// Turns the driver's kernel tracing on, once per process, or says why it cannot. The profiler
+/// calls it when it starts, before any graph is recorded (PyTorch's profiler, too, starts CUPTI
+/// before a capture: attached after it, replays misbehaved on older CUDA); records are kept only
+/// while a [`GraphTrace`] is live.
+pub fn enable() -> Result<(), String> {
+    let api = api().as_ref().map_err(Clone::clone)?;
+    static ENABLED: OnceLock<Result<(), String>> = OnceLock::new();
+    ENABLED
+        .get_or_init(|| {
+            // Safety: the callbacks match CUPTI's typedefs and live for the process; a plain
+            // call with a kind of the header.
+            api.check("cuptiActivityRegisterCallbacks", unsafe { (api.register_callbacks)(buffer_requested, buffer_completed) })?;
+            api.check("cuptiActivityEnable(CONCURRENT_KERNEL)", unsafe { (api.enable)(KIND_CONCURRENT_KERNEL) })
+        })
+        .clone()
+}
+
 impl GraphTrace {
-    /// Turns kernel tracing on (once per process), or says why it cannot.
+    /// Starts keeping the records (tracing turned on first if it is not yet), or says why not.
     pub fn start() -> Result<Self, String> {
+        enable()?;
         let api = api().as_ref().map_err(Clone::clone)?;
-        static ENABLED: OnceLock<Result<(), String>> = OnceLock::new();
-        ENABLED
-            .get_or_init(|| {
-                // Safety: the callbacks match CUPTI's typedefs and live for the process; a
-                // plain call with a kind of the header.
-                api.check("cuptiActivityRegisterCallbacks", unsafe { (api.register_callbacks)(buffer_requested, buffer_completed) })?;
-                api.check("cuptiActivityEnable(CONCURRENT_KERNEL)", unsafe { (api.enable)(KIND_CONCURRENT_KERNEL) })
-            })
-            .clone()?;
-        // Records of kernels before this window (another window's, or a replay since) go.
+        // Records of kernels before this window (the warm-up's, another window's) go.
         let trace = Self { api };
         trace.flush_with(FLUSH_FORCED)?;
         RECORDS.lock().expect("CUPTI records").clear();
@@ -258,10 +267,19 @@ impl GraphTrace {
     /// Ends the window: the graph kernels recorded since [`start`](Self::start) (the device
     /// drained before, so every record is complete).
     pub fn finish(self) -> Result<Vec<GraphKernel>, String> {
-        let flushed = self.flush_with(FLUSH_FORCED);
-        COLLECTING.store(false, Ordering::Release);
-        flushed?;
+        self.flush_with(FLUSH_FORCED)?;
         Ok(std::mem::take(&mut *RECORDS.lock().expect("CUPTI records")))
+    }
+}
+
+impl Drop for GraphTrace {
+    /// Outside a window (finished, or a run stopped before its window filled) records are
+    /// dropped, so none pile up for the rest of the process.
+    fn drop(&mut self) {
+        COLLECTING.store(false, Ordering::Release);
+        if let Ok(mut records) = RECORDS.lock() {
+            records.clear();
+        }
     }
 }
 
@@ -320,7 +338,8 @@ impl GraphKernels {
             .map(|k| {
                 let span = spans.iter().find(|s| (s.start..=s.end).contains(&k.start_ns));
                 let (phase, step) = span.map_or(("unphased".to_string(), 0), |s| (s.phase.clone(), s.step));
-                let start_ms = base.0 + (k.start_ns as f64 - base.1 as f64) / 1e6;
+                // Subtracted as integers: ~1.7e18 ns as f64 would lose a quarter microsecond.
+                let start_ms = base.0 + (k.start_ns as i128 - base.1 as i128) as f64 / 1e6;
                 KernelEvent { name: k.name, phase, step, start_ms, dur_ms: k.end_ns.saturating_sub(k.start_ns) as f64 / 1e6 }
             })
             .collect())
