@@ -421,6 +421,33 @@ mod tests {
         assert_eq!(p.kernels.as_ref().unwrap().observer_id(), first, "the recorder was replaced");
     }
 
+    /// Without CUPTI (`LIBREYOLO_CUPTI` unset, as in the tests) a graph replay in the synced
+    /// half is one `cuda graph replay` kernel of the phase that replayed it, timed by that
+    /// phase's span; replays in the real half and phases without one add none.
+    #[test]
+    fn a_replay_is_one_kernel_of_its_phase_without_cupti() {
+        let meta = Meta { batch: 4, capture: true, ..Default::default() };
+        let mut p = Profiler::new(Device::flex(), meta, 1, 4, true);
+        for _ in 0..5 {
+            p.begin_step();
+            p.fetched();
+            p.enter("data");
+            p.exit();
+            p.enter("forward");
+            p.graph_replayed();
+            p.exit();
+            p.end_step();
+        }
+        let profile = p.finish();
+        let m = &profile.measurements;
+        let replays: Vec<_> = m.kernels.iter().filter(|k| k.name == "cuda graph replay").collect();
+        assert_eq!(replays.len(), 2, "one a synced step: {:?}", m.kernels);
+        assert!(replays.iter().all(|k| k.phase == "forward" && k.dur_ms >= 0.0));
+        assert_eq!(replays.iter().map(|k| k.step).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(m.steps.iter().filter(|s| s.replayed).count(), 4);
+        assert_eq!(profile.kernel_timing.as_deref(), Some("device (cubecl launch observer, deferred events)"));
+    }
+
     /// The warm-up is its own figure: the first step (compilation, capture) and everything
     /// before the window, never part of a measured step.
     #[test]
