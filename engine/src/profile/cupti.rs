@@ -209,7 +209,7 @@ fn parse_kernel(record: &[u8]) -> Option<GraphKernel> {
 /// Concurrent-kernel tracing for one window; only one is live at a time.
 ///
 /// The driver's tracing, once on, stays on for the rest of the process: turning it off and on
-/// again left later sessions without records on CUDA 13 (reported by other tracers), and a
+/// again left later tracing windows without records on CUDA 13 (reported by other tracers), and a
 /// `profile run --repeat N` opens N windows in one process. Outside a window the completed
 /// buffers are dropped; `LIBREYOLO_CUPTI=0` keeps it off altogether.
 pub struct GraphTrace {
