@@ -6,7 +6,7 @@ use burn::tensor::{Bool, Device, Tensor};
 use libreyolo_families::ParamId;
 use libreyolo_families::tensor::write_into;
 
-use crate::optim::device_scalar;
+use crate::optim::{device_scalar, scale_gradients};
 
 /// `GradScaler`'s state as device scalars (`[1]`, f32), updated in place: a captured step reads
 /// and writes the same buffers at every replay.
@@ -41,8 +41,7 @@ impl LossScale {
     /// Unscales `grads` and returns whether all of them are finite (`[1]`, on the device); the
     /// scale halves after a step that is not, doubles after 2000 that are. Reads nothing back.
     pub fn unscale(&mut self, grads: &mut Vec<(ParamId, Tensor<1>)>) -> Tensor<1, Bool> {
-        // Each gradient moved into its product, so a lone handle is scaled in place.
-        *grads = std::mem::take(grads).into_iter().map(|(id, g)| (id, g.mul(self.inv.clone()))).collect();
+        scale_gradients(grads, &self.inv);
         let bad = grads
             .iter()
             .map(|(_, g)| g.clone().is_nan().bool_or(g.clone().is_inf()).int().sum())

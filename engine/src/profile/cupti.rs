@@ -110,19 +110,21 @@ impl Api {
     }
 }
 
+/// What `LIBREYOLO_CUPTI` asks for: `None` when unset, empty or `0` (off).
+pub fn requested() -> Option<String> {
+    std::env::var(LIB_ENV).ok().filter(|v| !v.is_empty() && v != "0")
+}
+
 /// The library, opened once; `Err` says why there is none.
 fn api() -> &'static Result<Api, String> {
     static API: OnceLock<Result<Api, String>> = OnceLock::new();
-    API.get_or_init(|| {
-        let chosen = std::env::var(LIB_ENV).ok().filter(|v| !v.is_empty());
-        match chosen.as_deref() {
-            None | Some("0") => Err(format!("off; {LIB_ENV}=/path/to/libcupti.so.13 (or 1: the usual names) turns it on")),
-            Some(path) if path != "1" => Api::open(path),
-            Some(_) => CANDIDATES
-                .iter()
-                .find_map(|c| Api::open(c).ok())
-                .ok_or_else(|| format!("no CUPTI library found (set {LIB_ENV}=/path/to/libcupti.so.13); tried {}", CANDIDATES.join(", "))),
-        }
+    API.get_or_init(|| match requested().as_deref() {
+        None => Err(format!("off; {LIB_ENV}=/path/to/libcupti.so.13 (or 1: the usual names) turns it on")),
+        Some(path) if path != "1" => Api::open(path),
+        Some(_) => CANDIDATES
+            .iter()
+            .find_map(|c| Api::open(c).ok())
+            .ok_or_else(|| format!("no CUPTI library found (set {LIB_ENV}=/path/to/libcupti.so.13); tried {}", CANDIDATES.join(", "))),
     })
 }
 

@@ -66,7 +66,7 @@ struct Open {
 impl Profiler {
     /// `observe_kernels`: the device is a cubecl (CUDA) device.
     pub fn new(device: Device, meta: Meta, warmup: usize, steps: usize, observe_kernels: bool) -> Self {
-        if observe_kernels && meta.capture && std::env::var_os(cupti::LIB_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
+        if observe_kernels && meta.capture && cupti::requested().is_some() {
             // Before any graph is recorded; the records are kept from the synced half on.
             if let Err(why) = cupti::enable() {
                 tracing::warn!("profile: CUPTI: {why}");

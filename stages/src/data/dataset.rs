@@ -180,19 +180,6 @@ impl Dataset {
         panic!("no image of the {} split can be decoded", self.split)
     }
 
-    /// Decodes and pre-resizes image `i` (used by the cache).
-    fn decode_image(&self, i: usize) -> Result<RgbImage, String> {
-        let path = &self.items[i].image;
-        let decoded = match self.target {
-            Some((h, w)) => img::load_resized(path, h, w).map(|(im, _)| im),
-            None => img::decode(path),
-        };
-        decoded.inspect_err(|e| {
-            self.failed_decodes.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!("{}: skipped unreadable image: {e}", path.display());
-        })
-    }
-
     /// Labels of image `i` in pixels of a `width` x `height` rendering of it.
     pub fn boxes(&self, i: usize, width: u32, height: u32) -> Boxes {
         let (w, h) = (width as f64, height as f64);
@@ -254,12 +241,21 @@ impl Source for Dataset {
         &self.split
     }
     fn images(&self) -> usize {
-        self.items.len()
+        self.len()
     }
     fn image_path(&self, i: usize) -> &Path {
         &self.items[i].image
     }
+    /// Decodes and pre-resizes image `i`; a failure is counted and logged here, once per decode.
     fn decode(&self, i: usize) -> Result<RgbImage, String> {
-        self.decode_image(i)
+        let path = &self.items[i].image;
+        let decoded = match self.target {
+            Some((h, w)) => img::load_resized(path, h, w).map(|(im, _)| im),
+            None => img::decode(path),
+        };
+        decoded.inspect_err(|e| {
+            self.failed_decodes.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("{}: skipped unreadable image: {e}", path.display());
+        })
     }
 }

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use burn::tensor::Tensor;
 
 use crate::loss_scale::LossScale;
+use crate::optim::scale_gradients;
 use crate::stage::{Autodiff, Grads, Io, Kind, Stage, Ty, Value, no_collective, port};
 
 pub static KIND: Kind = Kind {
@@ -53,6 +54,5 @@ pub fn clip_global_norm(grads: &mut Grads, max_norm: f64, inv_scale: Option<Tens
         None => norm,
     };
     let factor = norm.add_scalar(1e-6).recip().mul_scalar(max_norm).clamp_max(1.0);
-    // Each gradient moved into its product, so a lone handle is scaled in place.
-    *grads = std::mem::take(grads).into_iter().map(|(id, g)| (id, g.mul(factor.clone()))).collect();
+    scale_gradients(grads, &factor);
 }

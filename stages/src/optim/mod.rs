@@ -87,6 +87,12 @@ impl Scalars {
     }
 }
 
+/// Multiplies every gradient by the `[1]` tensor `by`. Each gradient is moved into its product,
+/// so one held by no other handle is scaled in place (no new buffer per gradient).
+pub fn scale_gradients(grads: &mut Vec<(ParamId, Tensor<1>)>, by: &Tensor<1>) {
+    *grads = std::mem::take(grads).into_iter().map(|(id, g)| (id, g.mul(by.clone()))).collect();
+}
+
 /// `value` as an f32 tensor of shape `[1]` on `device`.
 pub fn device_scalar(value: f64, device: &Device) -> Tensor<1> {
     Tensor::<1>::from_data(TensorData::new(vec![value as f32], [1]), device)
