@@ -7,7 +7,7 @@ use std::sync::Arc;
 use libreyolo_stages::data::augment::resize::Resize;
 use libreyolo_stages::data::cache::CacheMode;
 use libreyolo_stages::data::labels::label_path;
-use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, Loader, LoaderConfig, Transform, sample};
+use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, LabelRows, Loader, LoaderConfig, Transform, sample};
 
 fn coco128() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128/coco128.yaml")
@@ -44,6 +44,7 @@ fn sharded(ds: Arc<Dataset>, batch: usize, workers: usize, seed: u64, size: u32,
             workers,
             seed,
             max_labels: 300,
+            label_rows: LabelRows::Fixed,
             shuffle: true,
             drop_last: true,
             prefetch: 2,
@@ -82,7 +83,12 @@ fn background_images_yield_empty_targets() {
     let i = ds.items.iter().position(|i| i.image.file_stem().unwrap() == "000000000250").unwrap();
     let (s, _) = sample::val_sample(&ds, i, (320, 320), Resize::Letterbox);
     assert!(s.targets.is_empty());
-    let batch = libreyolo_stages::data::loader::assemble(&[s], 320, 320, 300);
+    let batch = libreyolo_stages::data::loader::assemble(std::slice::from_ref(&s), 320, 320, 300, LabelRows::Fixed);
+    assert_eq!(batch.rows, 300);
+    assert!(batch.targets.chunks_exact(5).all(|r| r == [-1.0, 0.0, 0.0, 0.0, 0.0]));
+    // Padded to the batch: at least 8 rows, all padding.
+    let batch = libreyolo_stages::data::loader::assemble(&[s], 320, 320, 300, LabelRows::Batch);
+    assert_eq!((batch.rows, batch.targets.len()), (8, 8 * 5));
     assert!(batch.targets.chunks_exact(5).all(|r| r == [-1.0, 0.0, 0.0, 0.0, 0.0]));
 }
 
@@ -165,6 +171,35 @@ fn the_loader_is_deterministic_whatever_the_worker_count() {
         assert!(r[1] >= 0.0 && r[3] <= 1.0 && r[1] < r[3] && r[2] < r[4], "{r:?}");
     }
     assert_eq!(l_batches(&ds), 32);
+}
+
+/// `LabelRows::Batch` pads a batch to its largest label count rounded up to a power of two: the
+/// same labels in the same order as the fixed rows, only less padding.
+#[test]
+fn batches_padded_to_their_largest_label_count_keep_every_label() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (256, 256), CacheMode::Ram).unwrap();
+    let batches = |rows: LabelRows| {
+        let mut l = loader(ds.clone(), 4, 2, 7, 256);
+        l.set_label_rows(rows);
+        l.epoch(0).iter().take(6).collect::<Vec<_>>()
+    };
+    let labels = |t: &[f32], rows: usize| -> Vec<Vec<[f32; 5]>> {
+        t.chunks_exact(rows * 5).map(|image| image.chunks_exact(5).filter(|r| r[0] >= 0.0).map(|r| r.try_into().unwrap()).collect()).collect()
+    };
+    for (fixed, batch) in batches(LabelRows::Fixed).iter().zip(batches(LabelRows::Batch)) {
+        assert_eq!(fixed.rows, 300);
+        assert_eq!(fixed.images, batch.images);
+        let kept = labels(&batch.targets, batch.rows);
+        assert_eq!(labels(&fixed.targets, 300), kept);
+        let largest = kept.iter().map(Vec::len).max().unwrap();
+        assert!(
+            batch.rows.is_power_of_two() && batch.rows >= 8 && batch.rows >= largest && batch.rows < 2 * largest.max(8),
+            "{} rows for {largest}",
+            batch.rows
+        );
+        assert_eq!(batch.targets.len(), 4 * batch.rows * 5);
+    }
 }
 
 fn l_batches(ds: &Arc<Dataset>) -> usize {
@@ -337,6 +372,7 @@ fn imagefolder_datasets_read_like_torchvision() {
         workers: 1,
         seed: 0,
         max_labels: 1,
+        label_rows: LabelRows::Fixed,
         shuffle: false,
         drop_last: false,
         prefetch: 1,

@@ -122,8 +122,9 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
     }
 }
 
-/// A loader over `dataset` at the manifest's settings making samples by `transform`.
-pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, transform: Transform, shard: (usize, usize)) -> Loader {
+/// A loader over `dataset` at the manifest's settings making samples by `transform`, its
+/// batches' target rows as `data.label_rows` says for a step `captured` or not.
+pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, transform: Transform, shard: (usize, usize), captured: bool) -> Loader {
     let m = &loaded.manifest;
     Loader::new(
         dataset,
@@ -134,6 +135,7 @@ pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, tran
             workers: m.data.workers.max(1),
             seed: m.run.seed,
             max_labels: m.data.max_labels,
+            label_rows: m.data.label_rows.resolve(captured),
             shuffle: transform.is_training(),
             drop_last: transform.is_training(),
             prefetch: 4,

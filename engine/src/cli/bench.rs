@@ -73,6 +73,9 @@ enum BenchWhat {
         nc: usize,
         #[arg(long, default_value_t = 10)]
         boxes: usize,
+        /// Target rows per image, the boxes then padding (`data.max_labels`).
+        #[arg(long, default_value_t = 300)]
+        max_labels: usize,
     },
 }
 
@@ -207,14 +210,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             }
             return Ok(());
         }
-        BenchWhat::Loss { nc, boxes } => {
+        BenchWhat::Loss { nc, boxes, max_labels } => {
             let cfg = bench::loss::LossBench {
                 batch: args.batch,
                 height: args.imgsz,
                 width: args.imgsz,
                 nc: *nc,
                 boxes_per_image: *boxes,
-                max_labels: 300,
+                max_labels: (*max_labels).max(*boxes),
                 warmup: args.warmup,
                 iters: args.iters,
             };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::values::{AmpDtype, CacheMode, DeviceRequest, ImgSize, Optimizer, Scheduler};
+use super::values::{AmpDtype, CacheMode, DeviceRequest, ImgSize, LabelRowsSetting, Optimizer, Scheduler};
 
 /// One training run: settings, the network, and the step DAG.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,9 +99,13 @@ pub struct DataSettings {
     pub workers: usize,
     #[serde(default)]
     pub cache: CacheMode,
-    /// Per-image cap on ground-truth boxes; targets are padded to this many rows.
+    /// Per-image cap on ground-truth boxes (the rest are dropped, and counted).
     #[serde(default = "defaults::max_labels")]
     pub max_labels: usize,
+    /// How many target rows a training batch holds: `max_labels` ("fixed"), its largest label
+    /// count rounded up to a power of two ("batch"), or "auto": fixed when the step is captured.
+    #[serde(default)]
+    pub label_rows: LabelRowsSetting,
     /// How an image meets the input in training, validation and predict: "letterbox" (the
     /// default) or "stretch" (LibreYOLO's DETR families).
     #[serde(default)]

@@ -179,6 +179,32 @@ pub enum CacheMode {
     Disk,
 }
 
+/// `data.label_rows`: how many target rows a training batch holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LabelRowsSetting {
+    /// `fixed` when the step is captured (one shape for its graph), `batch` otherwise.
+    #[default]
+    Auto,
+    /// `max_labels` rows in every batch.
+    Fixed,
+    /// The batch's largest label count rounded up to a power of two (at least 8), at most
+    /// `max_labels`, as LibreYOLO pads each batch to its largest count.
+    Batch,
+}
+
+impl LabelRowsSetting {
+    /// The loader's rows for a run whose step is `captured` or not.
+    pub fn resolve(self, captured: bool) -> libreyolo_stages::data::LabelRows {
+        use libreyolo_stages::data::LabelRows;
+        match self {
+            LabelRowsSetting::Auto if captured => LabelRows::Fixed,
+            LabelRowsSetting::Auto | LabelRowsSetting::Batch => LabelRows::Batch,
+            LabelRowsSetting::Fixed => LabelRows::Fixed,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Optimizer {

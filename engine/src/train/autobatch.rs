@@ -118,7 +118,7 @@ pub fn probe(loaded: &LoadedManifest, dag: &StepDag, nc: usize, device: &Device,
             size: b,
             height: h,
             width: w,
-            max_labels: 1,
+            rows: 1,
             indices: (0..b).collect(),
             truncated_labels: 0,
         };

@@ -28,15 +28,27 @@ pub struct Loaders {
     pub val: Option<Loader>,
 }
 
+/// The loaders as for an eager step; [`Loaders::set_label_rows`] once the trainer knows.
 fn loaders(loaded: &LoadedManifest, datasets: &Datasets, batch: usize, replica: &Replica) -> anyhow::Result<Loaders> {
     let rank_batch = crate::distributed::per_rank_batch(batch, replica.world()).map_err(anyhow::Error::msg)?;
     let t = data::transforms(loaded, datasets.cfg.layout);
     let train = datasets.train.clone();
     Ok(Loaders {
-        mosaic: data::loader(loaded, train.clone(), rank_batch, t.train, replica.shard()),
-        no_mosaic: data::loader(loaded, train, rank_batch, t.closed, replica.shard()),
-        val: datasets.val.clone().filter(|_| replica.is_main()).map(|ds| data::loader(loaded, ds, batch, t.val, (0, 1))),
+        mosaic: data::loader(loaded, train.clone(), rank_batch, t.train, replica.shard(), false),
+        no_mosaic: data::loader(loaded, train, rank_batch, t.closed, replica.shard(), false),
+        val: datasets.val.clone().filter(|_| replica.is_main()).map(|ds| data::loader(loaded, ds, batch, t.val, (0, 1), false)),
     })
+}
+
+impl Loaders {
+    /// The batches' target rows (`data.label_rows`), which follow whether the step is captured.
+    fn set_label_rows(&mut self, rows: libreyolo_stages::data::LabelRows) {
+        self.mosaic.set_label_rows(rows);
+        self.no_mosaic.set_label_rows(rows);
+        if let Some(val) = self.val.as_mut() {
+            val.set_label_rows(rows);
+        }
+    }
 }
 
 /// Rank 0 owns the run directory; the others only learn where it is (to resume from it).
@@ -118,9 +130,10 @@ pub fn fit(
     replica: Replica,
 ) -> anyhow::Result<TrainSummary> {
     let m = &loaded.manifest;
-    let loaders = loaders(loaded, datasets, batch, &replica)?;
+    let mut loaders = loaders(loaded, datasets, batch, &replica)?;
     let iters_per_epoch = loaders.mosaic.batches_per_epoch().div_ceil(super::accumulation(m.optim.nbs, batch)).max(1);
     let mut trainer = Trainer::new(loaded, dag, resolved, datasets.nc, batch, iters_per_epoch, replica.clone())?;
+    loaders.set_label_rows(m.data.label_rows.resolve(trainer.captures()));
     // Before the run directory exists: a wrong dataset leaves nothing behind.
     data::check_layout(&datasets.cfg, trainer.task())?;
     let (mut run, run_path) = run_dir(loaded, &replica)?;

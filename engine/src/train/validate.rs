@@ -79,7 +79,7 @@ pub fn run(
 pub fn classify(loader: &Loader, device: &Device, forward: &mut dyn FnMut(Tensor<4>) -> Tensor<3>) -> anyhow::Result<[f64; 2]> {
     let (mut top1, mut top5, mut images) = (0usize, 0usize, 0usize);
     for batch in loader.epoch(0).iter() {
-        let labels: Vec<usize> = batch.targets.chunks_exact(batch.max_labels * 5).map(|rows| rows[0] as usize).collect();
+        let labels: Vec<usize> = batch.targets.chunks_exact(batch.rows * 5).map(|rows| rows[0] as usize).collect();
         let (x, _) = libreyolo_stages::kinds::data_classify::upload(batch, device)?;
         let probs = forward(x);
         let [b, nc, _] = probs.dims();

@@ -23,7 +23,7 @@ pub use classify::ClassifyAugment;
 pub use config::DatasetConfig;
 pub use config::Layout;
 pub use dataset::Dataset;
-pub use loader::{Batch, HostLabels, Loader, LoaderConfig, Transform};
+pub use loader::{Batch, HostLabels, LabelRows, Loader, LoaderConfig, Transform};
 pub use sample::Augment;
 
 /// Grey used by LibreYOLO for padding and empty canvas (114, 114, 114).

@@ -37,7 +37,7 @@ pub fn grid(batch: &Batch, columns: usize) -> RgbImage {
                 out.put_pixel(ox + x, oy + y, Rgb([img[p], img[plane + p], img[2 * plane + p]]));
             }
         }
-        for row in batch.targets[i * batch.max_labels * 5..(i + 1) * batch.max_labels * 5].chunks_exact(5) {
+        for row in batch.targets[i * batch.rows * 5..(i + 1) * batch.rows * 5].chunks_exact(5) {
             if row[0] < 0.0 {
                 continue;
             }

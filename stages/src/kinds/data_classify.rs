@@ -41,7 +41,7 @@ impl Stage for DataClassify {
 /// device). A classification batch holds one whole-image target row per image.
 pub fn upload(batch: Batch, device: &Device) -> anyhow::Result<(Tensor<4>, Tensor<1>)> {
     let (b, h, w) = (batch.size, batch.height as usize, batch.width as usize);
-    let labels: Vec<f32> = batch.targets.chunks_exact(batch.max_labels * 5).map(|rows| rows[0]).collect();
+    let labels: Vec<f32> = batch.targets.chunks_exact(batch.rows * 5).map(|rows| rows[0]).collect();
     if let Some(k) = labels.iter().position(|&c| c < 0.0) {
         anyhow::bail!("`data.classify` got an image without a class (batch image {k}): its dataset is not an ImageFolder directory");
     }

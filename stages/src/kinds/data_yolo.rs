@@ -46,7 +46,7 @@ impl Stage for DataYolo {
 pub fn upload(batch: Batch, device: &Device) -> (Tensor<4>, Tensor<3>) {
     let (b, h, w) = (batch.size, batch.height as usize, batch.width as usize);
     let mut images = TensorData::new(batch.images, [b, 3, h, w]);
-    let mut targets = TensorData::new(batch.targets, [b, batch.max_labels, 5]);
+    let mut targets = TensorData::new(batch.targets, [b, batch.rows, 5]);
     device.staging([&mut images, &mut targets].into_iter());
     let images = Tensor::<4, Int>::from_data(images, (device, DType::U8)).float().div_scalar(255.0);
     let targets = Tensor::<3>::from_data(targets, device);

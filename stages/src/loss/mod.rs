@@ -40,3 +40,93 @@ pub(crate) fn normaliser(count: Tensor<1>, group: Option<&[Device]>) -> Tensor<1
         _ => count.clamp_min(1.0),
     }
 }
+
+/// A batch padded to fewer target rows (`data.label_rows = "batch"`) must train exactly as one
+/// padded to `max_labels`: padding rows (class -1, a zero box) take no anchor, so every term and
+/// every gradient is the same to the bit.
+#[cfg(test)]
+mod padding_rows {
+    use burn::tensor::{Device, Distribution, Tensor, TensorData};
+
+    use super::*;
+
+    /// Three images with 0, 2 and 5 boxes (normalised xyxy), padded to `rows` rows.
+    fn targets(rows: usize, device: &Device) -> Tensor<3> {
+        let boxes: [&[[f32; 5]]; 3] = [
+            &[],
+            &[[1.0, 0.10, 0.20, 0.45, 0.60], [0.0, 0.50, 0.50, 0.90, 0.95]],
+            &[
+                [2.0, 0.05, 0.05, 0.30, 0.25],
+                [1.0, 0.40, 0.10, 0.70, 0.50],
+                [0.0, 0.20, 0.55, 0.35, 0.90],
+                [2.0, 0.60, 0.60, 0.98, 0.98],
+                [1.0, 0.0, 0.0, 1.0, 1.0],
+            ],
+        ];
+        let mut v = vec![0f32; 3 * rows * 5];
+        for (i, image) in boxes.iter().enumerate() {
+            for m in 0..rows {
+                let row = &mut v[(i * rows + m) * 5..][..5];
+                match image.get(m) {
+                    Some(b) => row.copy_from_slice(b),
+                    None => row[0] = -1.0,
+                }
+            }
+        }
+        Tensor::from_data(TensorData::new(v, [3, rows, 5]), device)
+    }
+
+    fn maps(channels: usize, device: &Device) -> Vec<Tensor<4>> {
+        [(8, 8), (4, 4), (2, 2)].iter().map(|&(h, w)| Tensor::<4>::random([3, channels, h, w], Distribution::Normal(0.0, 1.0), device)).collect()
+    }
+
+    fn vec(t: Tensor<1>) -> Vec<f32> {
+        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+    }
+
+    /// Each term's value and each map's gradient, for `loss` run on leaves made of `maps`.
+    fn run(maps: &[Tensor<4>], loss: impl Fn(&[Tensor<4>]) -> Vec<Tensor<1>>) -> Vec<Vec<f32>> {
+        let leaves: Vec<Tensor<4>> = maps.iter().map(|m| m.clone().autodiff().require_grad()).collect();
+        let terms = loss(&leaves);
+        let grads = terms[0].clone().backward();
+        let mut out: Vec<Vec<f32>> = terms.into_iter().map(vec).collect();
+        out.extend(leaves.iter().map(|l| vec(l.grad(&grads).unwrap().flatten(0, 3))));
+        out
+    }
+
+    #[test]
+    fn yolo9_loss_is_the_same_with_fewer_padding_rows() {
+        let device = Device::flex();
+        let (nc, reg_max) = (3, 16);
+        let maps = maps(4 * reg_max + nc, &device);
+        let loss = Yolo9Loss::new(Yolo9Settings::default(), nc, reg_max);
+        let at = |rows| {
+            run(&maps, |m| {
+                let t = loss.compute(m, &[8, 16, 32], targets(rows, &device));
+                vec![t.total, t.box_loss, t.dfl_loss, t.cls_loss, t.num_fg]
+            })
+        };
+        let full = at(300);
+        assert!(full[4][0] > 0.0, "some anchors are positive");
+        assert_eq!(at(8), full);
+        assert_eq!(at(5), full);
+    }
+
+    #[test]
+    fn yolox_loss_is_the_same_with_fewer_padding_rows() {
+        let device = Device::flex();
+        let nc = 3;
+        let maps = maps(5 + nc, &device);
+        let loss = YoloxLoss { nc, settings: YoloxSettings::default() };
+        let at = |rows| {
+            run(&maps, |m| {
+                let t = loss.compute(m, &[8, 16, 32], targets(rows, &device), true, None);
+                vec![t.total, t.iou, t.obj, t.cls, t.l1, t.num_fg]
+            })
+        };
+        let full = at(50);
+        assert!(full[5][0] > 0.0, "some anchors are foreground");
+        assert_eq!(at(8), full);
+        assert_eq!(at(5), full);
+    }
+}
