@@ -5,7 +5,7 @@
 //! ```text
 //! dataset.yaml -> config -> images + labels (source, labels) -> decode [+ pre-resize] (image)
 //!   -> [mosaic -> random affine] -> HSV -> flips -> letterbox or stretch  (augment, sample)
-//!   -> batch: u8 images (B, 3, H, W) + f32 targets (B, max_labels, 5)  (loader)
+//!   -> batch: u8 images (B, 3, H, W) + f32 targets (B, rows, 5)  (loader; rows: `LabelRows`)
 //! ```
 
 pub mod augment;

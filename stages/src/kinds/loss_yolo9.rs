@@ -65,7 +65,7 @@ impl LossYolo9 {
 impl Stage for LossYolo9 {
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let preds = io.activations(0)?;
-        let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.yolo9 reads (batch, max_labels, 5) targets") };
+        let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.yolo9 reads (batch, rows, 5) targets") };
         let aux = (preds.groups.len() > 1).then(|| preds.maps(1));
         io.output(0, Value::Loss(self.compute(preds.maps(0), aux, targets)));
         Ok(())

@@ -56,7 +56,7 @@ impl Stage for LossYolox {
 
     fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
         let maps: Vec<Tensor<4>> = io.activations(0)?.maps(0).into_iter().map(|t| t.cast(FloatDType::F32)).collect();
-        let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.yolox reads (batch, max_labels, 5) targets") };
+        let AnyTensor::R3(targets) = io.tensor(1)? else { anyhow::bail!("loss.yolox reads (batch, rows, 5) targets") };
         let terms = self.loss.compute(&maps, &self.strides, targets, self.use_l1.get(), self.group.devices());
         io.output(0, Value::Loss(terms.named()));
         Ok(())

@@ -11,7 +11,7 @@
 //! 6. soft class target `onehot * align / max_align(gt) * max_iou(gt)`.
 //!
 //! Data-dependent selections (`mask_select`, `nonzero`) are replaced by masks, so every shape
-//! is fixed by (batch, max_labels, anchors).
+//! is fixed by (batch, target rows, anchors).
 
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor};

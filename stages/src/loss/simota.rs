@@ -14,7 +14,7 @@
 //! every image's candidates are a mask over all anchors, the padding rows of the targets are
 //! masked out, and "the `dynamic_k` cheapest" is the rank of each of the `candidates` cheapest
 //! below `dynamic_k` (`dynamic_k` never exceeds `candidates`), so every shape is fixed by
-//! (batch, max_labels, anchors).
+//! (batch, target rows, anchors).
 
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor};
