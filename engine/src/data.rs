@@ -123,8 +123,9 @@ pub fn augment(loaded: &LoadedManifest) -> Augment {
 }
 
 /// A loader over `dataset` at the manifest's settings making samples by `transform`, its
-/// batches' target rows as `data.label_rows` says for a step `captured` or not.
-pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, transform: Transform, shard: (usize, usize), captured: bool) -> Loader {
+/// batches' target rows as `data.label_rows` says for a step that is not captured (a training
+/// run whose step is captured sets them again: `Loader::set_label_rows`).
+pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, transform: Transform, shard: (usize, usize)) -> Loader {
     let m = &loaded.manifest;
     Loader::new(
         dataset,
@@ -135,7 +136,7 @@ pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, tran
             workers: m.data.workers.max(1),
             seed: m.run.seed,
             max_labels: m.data.max_labels,
-            label_rows: m.data.label_rows.resolve(captured),
+            label_rows: m.data.label_rows.resolve(false),
             shuffle: transform.is_training(),
             drop_last: transform.is_training(),
             prefetch: 4,

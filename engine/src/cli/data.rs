@@ -63,7 +63,7 @@ pub fn run(args: &DataArgs) -> Result<(), Failure> {
             let loaded = crate::manifest::load(manifest, overrides)?;
             let cfg = data::config(&loaded)?;
             let ds = data::open(&loaded, &cfg, Split::Train)?;
-            let loader = data::loader(&loaded, ds, *n, data::transforms(&loaded, cfg.layout).train, (0, 1), false);
+            let loader = data::loader(&loaded, ds, *n, data::transforms(&loaded, cfg.layout).train, (0, 1));
             let batch = loader.epoch(*epoch).recv().map_err(|_| anyhow::anyhow!("the loader produced no batch"))?;
             let cols = (*n as f64).sqrt().ceil() as usize;
             let img = libreyolo_stages::data::preview::grid(&batch, cols);
@@ -87,7 +87,7 @@ pub fn run(args: &DataArgs) -> Result<(), Failure> {
                 let mut overrides = overrides.clone();
                 overrides.push(format!("workers={w}"));
                 let loaded = crate::manifest::load(manifest, &overrides)?;
-                let loader = data::loader(&loaded, ds.clone(), batch, data::transforms(&loaded, cfg.layout).train, (0, 1), false);
+                let loader = data::loader(&loaded, ds.clone(), batch, data::transforms(&loaded, cfg.layout).train, (0, 1));
                 let per_epoch = loader.batches_per_epoch().max(1);
                 let (mut images, mut epoch) = (0, 0u64);
                 let mut rx = loader.epoch(epoch);

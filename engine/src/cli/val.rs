@@ -69,7 +69,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let dataset = data::open(&loaded, &cfg, Split::Val)?;
     let precision = Precision::new(m, resolved.backend, &device)?;
 
-    let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), data::transforms(&loaded, cfg.layout).val, (0, 1), false);
+    let loader = data::loader(&loaded, dataset.clone(), nominal_batch(m.run.batch), data::transforms(&loaded, cfg.layout).val, (0, 1));
     let nms = validate::nms_config(&m.val);
     let start = std::time::Instant::now();
     let out = validate::run(&network, &loader, &device, &nms, &mut |x| crate::capture::forward::run(&network, &params, precision.compute, x))?;

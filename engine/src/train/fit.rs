@@ -34,9 +34,9 @@ fn loaders(loaded: &LoadedManifest, datasets: &Datasets, batch: usize, replica: 
     let t = data::transforms(loaded, datasets.cfg.layout);
     let train = datasets.train.clone();
     Ok(Loaders {
-        mosaic: data::loader(loaded, train.clone(), rank_batch, t.train, replica.shard(), false),
-        no_mosaic: data::loader(loaded, train, rank_batch, t.closed, replica.shard(), false),
-        val: datasets.val.clone().filter(|_| replica.is_main()).map(|ds| data::loader(loaded, ds, batch, t.val, (0, 1), false)),
+        mosaic: data::loader(loaded, train.clone(), rank_batch, t.train, replica.shard()),
+        no_mosaic: data::loader(loaded, train, rank_batch, t.closed, replica.shard()),
+        val: datasets.val.clone().filter(|_| replica.is_main()).map(|ds| data::loader(loaded, ds, batch, t.val, (0, 1))),
     })
 }
 
