@@ -6,9 +6,10 @@
 //! CUPTI hands back. The profiler turns it on for the synced half of its window and keeps the
 //! records that came from a graph (`graphId != 0`); the observer keeps timing the eager kernels.
 //!
-//! The library is opened at run time, so a build without CUDA still runs: `LIBREYOLO_CUPTI`
-//! names it (`1`: the usual names are tried, the CUDA toolkit's and the loader's). Without it a
-//! replay stays one `cuda graph replay` kernel, as before.
+//! The library is opened at run time, so a build without CUDA still runs: it is looked for under
+//! the usual names, the CUDA toolkit's places and beside the CUDA libraries the process loaded
+//! (PyTorch's wheels keep `libcupti` beside `libnvrtc`); `LIBREYOLO_CUPTI` names it, or `0`
+//! keeps it off. Without it a replay stays one `cuda graph replay` kernel.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,12 +19,12 @@ use libloading::Library;
 
 use super::analysis::KernelEvent;
 
-/// The environment variable that turns the graph view on: the CUPTI library's path, or `1` for
-/// the usual names. Off unless set, until it has been run on a GPU (on a machine without a
-/// driver CUPTI's own calls crash, so a fault here would lose a whole profile).
+/// The environment variable that chooses the CUPTI library: its path, `0` (off), or unset / `1`
+/// (looked for). The profiler asks for it only on a CUDA device: on a machine without a driver
+/// CUPTI's own calls crash.
 pub const LIB_ENV: &str = "LIBREYOLO_CUPTI";
 
-/// Where the library is looked for with `LIBREYOLO_CUPTI=1`.
+/// Where the library is looked for, after the directories of the loaded CUDA libraries.
 const CANDIDATES: &[&str] = &[
     "libcupti.so.13",
     "libcupti.so.12",
@@ -110,21 +111,58 @@ impl Api {
     }
 }
 
-/// What `LIBREYOLO_CUPTI` asks for: `None` when unset, empty or `0` (off).
-pub fn requested() -> Option<String> {
-    std::env::var(LIB_ENV).ok().filter(|v| !v.is_empty() && v != "0")
+/// What `LIBREYOLO_CUPTI` asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Wanted {
+    /// `0`: no graph kernel view.
+    Off,
+    /// A path: that library.
+    Path(String),
+    /// Unset, empty or `1`: looked for.
+    Search,
+}
+
+/// What `LIBREYOLO_CUPTI` asks for (unset: looked for).
+pub fn requested() -> Wanted {
+    wanted(std::env::var(LIB_ENV).ok().as_deref())
+}
+
+fn wanted(value: Option<&str>) -> Wanted {
+    match value.map(str::trim) {
+        Some("0") => Wanted::Off,
+        None | Some("" | "1") => Wanted::Search,
+        Some(path) => Wanted::Path(path.to_string()),
+    }
+}
+
+/// The places to try, in order: `libcupti` beside each CUDA library this process mapped (from
+/// `maps`, `/proc/self/maps`' text), then [`CANDIDATES`].
+fn search_list(maps: &str) -> Vec<String> {
+    let mut dirs: Vec<&str> = vec![];
+    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        let Some((dir, file)) = path.rsplit_once('/') else { continue };
+        let cuda = ["libnvrtc", "libcudart", "libcublas", "libnccl"].iter().any(|p| file.starts_with(p));
+        if cuda && !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    let beside = dirs.iter().flat_map(|d| ["libcupti.so.13", "libcupti.so.12", "libcupti.so"].map(|f| format!("{d}/{f}")));
+    beside.chain(CANDIDATES.iter().map(|c| c.to_string())).collect()
 }
 
 /// The library, opened once; `Err` says why there is none.
 fn api() -> &'static Result<Api, String> {
     static API: OnceLock<Result<Api, String>> = OnceLock::new();
-    API.get_or_init(|| match requested().as_deref() {
-        None => Err(format!("off; {LIB_ENV}=/path/to/libcupti.so.13 (or 1: the usual names) turns it on")),
-        Some(path) if path != "1" => Api::open(path),
-        Some(_) => CANDIDATES
-            .iter()
-            .find_map(|c| Api::open(c).ok())
-            .ok_or_else(|| format!("no CUPTI library found (set {LIB_ENV}=/path/to/libcupti.so.13); tried {}", CANDIDATES.join(", "))),
+    API.get_or_init(|| match requested() {
+        Wanted::Off => Err(format!("off ({LIB_ENV}=0)")),
+        Wanted::Path(path) => Api::open(&path),
+        Wanted::Search => {
+            let tried = search_list(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+            tried
+                .iter()
+                .find_map(|c| Api::open(c).ok())
+                .ok_or_else(|| format!("no CUPTI library found ({LIB_ENV}=/path/to/libcupti.so.13 names one); tried {}", tried.join(", ")))
+        }
     })
 }
 
@@ -390,6 +428,27 @@ mod tests {
         graph_node_id: u64,
         shmem_limit_config: u32,
         graph_id: u32,
+    }
+
+    #[test]
+    fn the_variable_turns_it_off_names_a_library_or_leaves_it_looked_for() {
+        assert_eq!(wanted(None), Wanted::Search);
+        assert_eq!(wanted(Some("1")), Wanted::Search);
+        assert_eq!(wanted(Some("")), Wanted::Search);
+        assert_eq!(wanted(Some("0")), Wanted::Off);
+        assert_eq!(wanted(Some("/opt/cuda/libcupti.so.13")), Wanted::Path("/opt/cuda/libcupti.so.13".into()));
+    }
+
+    /// PyTorch's wheels keep CUPTI beside NVRTC: that directory is tried first, once.
+    #[test]
+    fn the_library_is_looked_for_beside_the_loaded_cuda_libraries_first() {
+        let maps = "7f00-7f01 r-xp 00000000 08:01 1 /venv/nvidia/cu13/lib/libnvrtc.so.13\n\
+                    7f01-7f02 r--p 00001000 08:01 1 /venv/nvidia/cu13/lib/libnvrtc.so.13\n\
+                    7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n\
+                    7f03-7f04 rw-p 00000000 00:00 0\n";
+        let list = search_list(maps);
+        assert_eq!(&list[..3], ["/venv/nvidia/cu13/lib/libcupti.so.13", "/venv/nvidia/cu13/lib/libcupti.so.12", "/venv/nvidia/cu13/lib/libcupti.so"]);
+        assert_eq!(&list[3..], CANDIDATES);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct Profiler {
     kernels: Option<KernelRecorder>,
     /// Whether the backend issues cubecl kernels the observer can time.
     observe_kernels: bool,
+    /// Whether CUPTI times the kernels of graph replays ([`Self::trace_graph_kernels`]).
+    trace_graphs: bool,
     replays: Replays,
     pages_at_real_start: Option<u64>,
     pages_per_step: Option<f64>,
@@ -66,12 +68,6 @@ struct Open {
 impl Profiler {
     /// `observe_kernels`: the device is a cubecl (CUDA) device.
     pub fn new(device: Device, meta: Meta, warmup: usize, steps: usize, observe_kernels: bool) -> Self {
-        if observe_kernels && meta.capture && cupti::requested().is_some() {
-            // Before any graph is recorded; the records are kept from the synced half on.
-            if let Err(why) = cupti::enable() {
-                tracing::warn!("profile: CUPTI: {why}");
-            }
-        }
         Self {
             device,
             meta,
@@ -83,6 +79,7 @@ impl Profiler {
             current: None,
             kernels: None,
             observe_kernels,
+            trace_graphs: false,
             replays: Replays::default(),
             pages_at_real_start: None,
             pages_per_step: None,
@@ -92,6 +89,20 @@ impl Profiler {
             warmup_s: None,
             warmup_compile: None,
         }
+    }
+
+    /// Times the kernels of graph replays with CUPTI when the run captures on a CUDA device and
+    /// `LIBREYOLO_CUPTI` is not `0`: the driver's tracing is turned on now, before any graph is
+    /// recorded; the records are kept from the synced half on. Only on a device with a driver
+    /// (CUPTI's own calls crash without one), so the CPU tests never ask.
+    pub fn trace_graph_kernels(mut self) -> Self {
+        if self.observe_kernels && self.meta.capture && cupti::requested() != cupti::Wanted::Off {
+            match cupti::enable() {
+                Ok(()) => self.trace_graphs = true,
+                Err(why) => tracing::warn!("profile: each graph replay is one kernel in the kernel view (CUPTI: {why})"),
+            }
+        }
+        self
     }
 
     fn measured_index(&self) -> Option<usize> {
@@ -125,7 +136,7 @@ impl Profiler {
             if self.observe_kernels && self.kernels.is_none() {
                 let _ = self.device.sync();
                 self.kernels = Some(KernelRecorder::start());
-                if self.meta.capture {
+                if self.trace_graphs {
                     self.replays.trace_kernels(self.clock);
                 }
             }

@@ -18,7 +18,7 @@ use crate::capture::CaptureManager;
 pub trait Probe {
     fn enter(&mut self, phase: &str);
     fn exit(&mut self);
-    /// The step's region was a graph replay.
+    /// The step's region was a graph replay: called inside its `captured` phase, before `exit`.
     fn replayed(&mut self) {}
 }
 
@@ -88,6 +88,10 @@ impl Executor {
                 let mut ops = super::record::RegionOps { core: &self.core, board: board.clone(), entry: &self.entry, step };
                 board = graphs.run(&key, &mut ops).map_err(|e| anyhow::anyhow!("{e}"))?;
                 replayed = graphs.replays() > before;
+                if replayed {
+                    // Inside the phase: the profiler gives the replay's kernels to it.
+                    probe.replayed();
+                }
                 probe.exit();
                 i = region.end;
                 continue;
@@ -105,9 +109,6 @@ impl Executor {
         }
         for s in &self.core.stages {
             s.finish(&step);
-        }
-        if replayed {
-            probe.replayed();
         }
         let loss = match self.core.program.loss.and_then(|s| board.take(s)) {
             Some(Value::Loss(l)) => Some(l),

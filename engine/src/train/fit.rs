@@ -114,7 +114,7 @@ fn start_profiler(t: &mut Trainer<'_>, resolved: &ResolvedDevice, batch: usize, 
         manifest: t.loaded.source.path.display().to_string(),
     };
     let observe = resolved.backend == crate::device::Backend::Cuda;
-    t.probes.profiler = Some(Profiler::new(t.device.clone(), meta, m.profile.warmup as usize, m.profile.steps as usize, observe));
+    t.probes.profiler = Some(Profiler::new(t.device.clone(), meta, m.profile.warmup as usize, m.profile.steps as usize, observe).trace_graph_kernels());
     t.probes.profile_out = Some(ProfileOut { dir: run_path.to_path_buf(), trace: m.profile.trace, then_stop: m.profile.then_stop });
     eprintln!("profiling: {} warm-up steps, then {} measured (half unsynced, half synced per phase)", m.profile.warmup, m.profile.steps.max(2));
 }
