@@ -20,6 +20,9 @@
 # script several times with other limits), with each run's profile_summary.json (top kernels,
 # categories) and LibreYOLO's anchor JSON, plus $OUT/NAME.txt with the step times side by side.
 set -uo pipefail
+# Step times without CUPTI's kernel tracing (the profiler's default), whose per-kernel cost the
+# real half would include; LIBREYOLO_CUPTI set by the caller wins.
+export LIBREYOLO_CUPTI=${LIBREYOLO_CUPTI:-0}
 batch=${1:?usage: capture_table.sh BATCH [OUR_LIMIT_S [LIBREYOLO_LIMIT_S]]}
 ours_limit=${2:-150}
 lib_limit=${3:-140}

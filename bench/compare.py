@@ -50,6 +50,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import libreyolo_isolated as iso  # noqa: E402 (LibreYOLO's side; imports LibreYOLO only when called)
 
+# Our step times without CUPTI's kernel tracing (the profiler's default), whose per-kernel cost the
+# real half would include; LIBREYOLO_CUPTI set by the caller wins.
+os.environ.setdefault("LIBREYOLO_CUPTI", "0")
+
 
 AMP_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
 

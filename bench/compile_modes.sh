@@ -9,6 +9,9 @@
 # (median and fastest step, warm-up to the measured window, whether it captured) is printed and
 # appended to $OUT/compile_modes.txt; the profiles stay in /tmp/compile-modes/MODE.
 set -uo pipefail
+# Step times without CUPTI's kernel tracing (the profiler's default), whose per-kernel cost the
+# real half would include; LIBREYOLO_CUPTI set by the caller wins.
+export LIBREYOLO_CUPTI=${LIBREYOLO_CUPTI:-0}
 data=${1:?usage: compile_modes.sh DATA_YAML [MANIFEST] [BATCH]}
 manifest=${2:-manifests/yolo9t.toml} batch=${3:-16}
 work=/tmp/compile-modes

@@ -14,6 +14,9 @@
 # .gpu/coco128 copied. Writes $OUT/seams_bBATCH.txt (the table) and $OUT/seams_bBATCH.tar.xz
 # (each run's log and profile_summary.json).
 set -uo pipefail
+# Step times without CUPTI's kernel tracing (the profiler's default), whose per-kernel cost the
+# real half would include; LIBREYOLO_CUPTI set by the caller wins.
+export LIBREYOLO_CUPTI=${LIBREYOLO_CUPTI:-0}
 batch=${1:?usage: seam_table.sh BATCH [LIMIT_S]}
 limit=${2:-120}
 : "${BIN:?set BIN to the libreyolo-run binary}" "${OUT:?runs on the GPU machine, where \$OUT is set}"
