@@ -134,14 +134,28 @@ impl Core {
 
     /// The stages whose state the items of `range` write, each once, in item order.
     pub fn writers(&self, range: Range<usize>) -> Vec<Rc<dyn Stage>> {
+        self.first_items(range).into_iter().map(|i| self.stage(self.program.items[i].stage).clone()).collect()
+    }
+
+    /// The names of [`writers`](Self::writers)' stages, in the same order: each by the phase of
+    /// its first item in `range`.
+    pub fn writer_names(&self, range: Range<usize>) -> Vec<String> {
+        self.first_items(range).into_iter().map(|i| self.phases[i].clone()).collect()
+    }
+
+    /// The first item of each stage that runs in `range`, in order.
+    fn first_items(&self, range: Range<usize>) -> Vec<usize> {
         let mut seen: Vec<StageRef> = vec![];
-        for i in range {
-            let s = self.program.items[i].stage;
-            if !seen.contains(&s) {
-                seen.push(s);
-            }
-        }
-        seen.into_iter().map(|s| self.stage(s).clone()).collect()
+        range
+            .filter(|&i| {
+                let s = self.program.items[i].stage;
+                let first = !seen.contains(&s);
+                if first {
+                    seen.push(s);
+                }
+                first
+            })
+            .collect()
     }
 
     /// The graph key of a run entering the region with `board`: the dims of the first tensor it
