@@ -10,7 +10,7 @@ use std::rc::Rc;
 use burn::tensor::{Device, FloatDType, Graph, Tensor};
 use libreyolo_families::{Ctx, Network, ParamStore};
 
-use super::{GraphOps, ShapeKey, refresh, stable_copy};
+use super::{Attempt, CaptureError, GraphOps, ShapeKey, refresh, stable_copy};
 
 /// The forward to run or capture: images `(B, 3, H, W)` in [0, 1] to the head's eval output in
 /// f32 (a detector's decoded predictions `(B, 4 + nc, A)`, a classifier's probabilities
@@ -69,13 +69,13 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
         (self.f)(self.input.clone())
     }
 
-    fn capture(&mut self, _prior_runs: u32) -> Result<(ForwardGraph<'a>, Option<Tensor<3>>), String> {
+    fn capture(&mut self, _: Attempt) -> Result<(ForwardGraph<'a>, Option<Tensor<3>>), CaptureError> {
         let input = stable_copy(&self.input);
         let (f, borrowed) = (self.f.clone(), input.clone());
         let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));
         let graph = burn::tensor::capture(&self.device, closure);
         if !graph.is_hardware() && std::env::var_os(crate::capture::one_graph::SOFTWARE_ENV).is_none() {
-            return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into());
+            return Err(CaptureError::Failed("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into()));
         }
         Ok((ForwardGraph { input, graph }, None))
     }

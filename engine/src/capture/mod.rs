@@ -8,7 +8,9 @@
 //!   reference. Graphs guard their memory for life, so an LRU that re-captures would trade
 //!   memory churn and capture time for little.
 //! * A capture or replay failure logs one line and drops the rest of the run to eager; it
-//!   never fails the run. `invalidate` drops every graph and resets the counts, so capture
+//!   never fails the run. A capture whose check against eager was inconclusive (one eager
+//!   reference, its spread unmeasured) runs that step eager and captures again on the shape's
+//!   next run, with two references ([`CaptureError::Unsure`]). `invalidate` drops every graph and resets the counts, so capture
 //!   happens again at the threshold.
 //!
 //! What a graph is and how it runs is the caller's [`GraphOps`]: the real one records burn
@@ -18,7 +20,7 @@ pub mod forward;
 pub mod one_graph;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use burn::tensor::Tensor;
@@ -60,17 +62,61 @@ pub struct ShapeKey {
     pub others: Vec<Vec<usize>>,
 }
 
+/// What the manager asks of one capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// How many times this input's shape ran eager before (the computation's kernels and pools
+    /// already built).
+    pub prior_runs: u32,
+    /// An earlier capture of the shape was [`CaptureError::Unsure`]: check against two eager
+    /// references, whose spread widens the tolerances.
+    pub measure_spread: bool,
+}
+
+/// Why a capture gave no graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaptureError {
+    /// The run goes on eager.
+    Failed(String),
+    /// The check against eager disagreed with one eager reference, so how far eager runs of
+    /// the step spread among themselves (non-deterministic bf16 reductions) was unmeasured: the
+    /// step runs eager and the shape is captured again on its next run with two references.
+    Unsure(String),
+}
+
+impl CaptureError {
+    /// The same kind of error with its message rewritten by `f`.
+    pub fn map(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            CaptureError::Failed(e) => CaptureError::Failed(f(e)),
+            CaptureError::Unsure(e) => CaptureError::Unsure(f(e)),
+        }
+    }
+}
+
+impl std::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureError::Failed(e) | CaptureError::Unsure(e) => f.write_str(e),
+        }
+    }
+}
+
+impl From<String> for CaptureError {
+    fn from(e: String) -> Self {
+        CaptureError::Failed(e)
+    }
+}
+
 /// How a captured computation is run.
 pub trait GraphOps<G, T> {
     /// The computation without a graph.
     fn eager(&mut self) -> T;
     /// Records a graph for the current input (warm-up included); its side effects must be
-    /// undone by the implementation (e.g. BatchNorm statistics). `prior_runs`: how many times
-    /// this input's shape ran eager before (the computation's kernels and pools already built).
-    /// With the graph, the output of a replay on this input that already stands as this run's
-    /// result (a check that replayed it from the state before), else `None` and the caller
-    /// replays.
-    fn capture(&mut self, prior_runs: u32) -> Result<(G, Option<T>), String>;
+    /// undone by the implementation (e.g. BatchNorm statistics), also when it fails. With the
+    /// graph, the output of a replay on this input that already stands as this run's result (a
+    /// check that replayed it from the state before), else `None` and the caller replays.
+    fn capture(&mut self, attempt: Attempt) -> Result<(G, Option<T>), CaptureError>;
     /// Writes the current input into the graph's stable buffers and replays it.
     fn replay(&mut self, graph: &mut G) -> Result<T, String>;
 }
@@ -99,6 +145,9 @@ pub struct CaptureManager<G> {
     threshold: u32,
     max_graphs: usize,
     seen: HashMap<ShapeKey, u32>,
+    /// Shapes whose capture was [`CaptureError::Unsure`] once: the next is checked against two
+    /// eager references, and a second doubt fails.
+    unsure: HashSet<ShapeKey>,
     graphs: Vec<(ShapeKey, G, u64)>,
     disabled: Option<String>,
     eager_runs: u64,
@@ -114,6 +163,7 @@ impl<G> CaptureManager<G> {
             threshold: threshold.max(1),
             max_graphs: max_graphs.max(1),
             seen: HashMap::new(),
+            unsure: HashSet::new(),
             graphs: vec![],
             disabled: None,
             eager_runs: 0,
@@ -165,7 +215,8 @@ impl<G> CaptureManager<G> {
                 }
             } else {
                 let started = std::time::Instant::now();
-                match ops.capture(prior_runs) {
+                let attempt = Attempt { prior_runs, measure_spread: self.unsure.contains(key) };
+                match ops.capture(attempt) {
                     Ok((mut graph, replayed)) => {
                         // The time is the capture's share of the warm-up (docs/history/).
                         tracing::info!(
@@ -183,7 +234,15 @@ impl<G> CaptureManager<G> {
                             Err(e) => self.disable(format!("first graph replay failed: {e}")),
                         }
                     }
-                    Err(e) => self.disable(format!("graph capture failed: {e}")),
+                    Err(CaptureError::Unsure(e)) if !attempt.measure_spread => {
+                        tracing::info!(
+                            "cuda_graph: {}'s check at input shape {:?} was inconclusive ({e}); this step runs eager, the next captures again against two eager runs",
+                            self.what,
+                            key.dims
+                        );
+                        self.unsure.insert(key.clone());
+                    }
+                    Err(CaptureError::Failed(e) | CaptureError::Unsure(e)) => self.disable(format!("graph capture failed: {e}")),
                 }
                 self.eager_runs += 1;
                 return ops.eager();
@@ -203,6 +262,7 @@ impl<G> CaptureManager<G> {
         }
         self.graphs.clear();
         self.seen.clear();
+        self.unsure.clear();
         self.warned_full = false;
         tracing::info!("cuda_graph: capture invalidated ({reason}); will re-capture");
     }
@@ -269,6 +329,8 @@ mod tests {
     #[derive(Default)]
     struct Injected {
         fail_capture: bool,
+        /// Captures answered `Unsure` unless asked to measure the spread.
+        unsure_without_spread: bool,
         fail_replay_after: Option<u32>,
         replays: u32,
         captures: u32,
@@ -276,6 +338,7 @@ mod tests {
         /// The capture's own check replays once and returns that output.
         replays_in_check: bool,
         prior_runs: Vec<u32>,
+        attempts: Vec<Attempt>,
     }
 
     impl GraphOps<u32, &'static str> for Injected {
@@ -283,11 +346,15 @@ mod tests {
             self.eager += 1;
             "eager"
         }
-        fn capture(&mut self, prior_runs: u32) -> Result<(u32, Option<&'static str>), String> {
+        fn capture(&mut self, attempt: Attempt) -> Result<(u32, Option<&'static str>), CaptureError> {
             self.captures += 1;
-            self.prior_runs.push(prior_runs);
+            self.prior_runs.push(attempt.prior_runs);
+            self.attempts.push(attempt);
             if self.fail_capture {
-                return Err("injected capture failure".into());
+                return Err(CaptureError::Failed("injected capture failure".into()));
+            }
+            if self.unsure_without_spread && !attempt.measure_spread {
+                return Err(CaptureError::Unsure("injected doubt".into()));
             }
             let checked = self.replays_in_check.then(|| {
                 self.replays += 1;
@@ -352,6 +419,39 @@ mod tests {
         }
         assert_eq!(ops.captures, 1, "never retried");
         assert!(m.info().fallback_reason.unwrap().starts_with("graph capture failed: injected"));
+    }
+
+    /// A check inconclusive for want of a second eager reference is not a failure: that step
+    /// runs eager and the shape's next run captures again, asking for the spread.
+    #[test]
+    fn an_unsure_check_captures_again_with_the_spread_measured() {
+        let mut m = CaptureManager::new("training step", 2, 1);
+        let mut ops = Injected { unsure_without_spread: true, ..Default::default() };
+        let runs: Vec<_> = (0..4).map(|_| m.run(&key(16), &mut ops)).collect();
+        assert_eq!(runs, ["eager", "eager", "replay", "replay"]);
+        assert_eq!(ops.attempts, [Attempt { prior_runs: 1, measure_spread: false }, Attempt { prior_runs: 2, measure_spread: true }]);
+        assert!(!m.is_disabled() && m.info().graph_count == 1);
+
+        // Still unsure with the spread measured: a failure like any other.
+        let mut m = CaptureManager::new("training step", 1, 1);
+        let runs: Vec<_> = (0..3).map(|_| m.run(&key(16), &mut Unsure)).collect();
+        assert_eq!(runs, ["eager", "eager", "eager"]);
+        assert_eq!(m.info().fallback_reason.as_deref(), Some("graph capture failed: still unsure"));
+    }
+
+    /// A computation whose check is always inconclusive.
+    struct Unsure;
+
+    impl GraphOps<u32, &'static str> for Unsure {
+        fn eager(&mut self) -> &'static str {
+            "eager"
+        }
+        fn capture(&mut self, _: Attempt) -> Result<(u32, Option<&'static str>), CaptureError> {
+            Err(CaptureError::Unsure("still unsure".into()))
+        }
+        fn replay(&mut self, _g: &mut u32) -> Result<&'static str, String> {
+            Ok("replay")
+        }
     }
 
     #[test]

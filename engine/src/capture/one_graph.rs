@@ -3,9 +3,13 @@
 //! The warm-up builds burn-fusion's fused kernels and grows the pools for the window: on a
 //! shape's first run (threshold 1) that takes two runs, the first being burn-fusion's search;
 //! after eager runs of the shape (LibreYOLO's threshold 3) one run does, and it is the check's
-//! only reference (the H200, YOLOv9-t b16: docs/history/2026-12.md). A window that still needs an
+//! only reference (the H200, YOLOv9-t b16: docs/history/2026-12.md); a check that then
+//! disagrees is unsure, and the shape's next capture makes two runs to measure their spread
+//! ([`super::CaptureError::Unsure`]). A window that still needs an
 //! allocation is refused by our cubecl-cuda: the capture then runs the step once more and
 //! opens a second window ([`crate::step::record`]).
+
+use super::Attempt;
 
 /// Environment variable: warm-up runs before the window (at least 1; by default
 /// [`default_warmup_runs`]), for A/B measurements of the capture's cost.
@@ -22,10 +26,17 @@ pub fn default_warmup_runs(prior_runs: u32) -> usize {
     if prior_runs == 0 { 2 } else { 1 }
 }
 
-/// The warm-up runs before the window of a shape that ran eager `prior_runs` times:
-/// [`WARMUP_ENV`] (checked at start-up), else [`default_warmup_runs`].
-pub fn warmup_runs(prior_runs: u32) -> Result<usize, String> {
-    parse_warmup_runs(std::env::var(WARMUP_ENV).ok().as_deref(), prior_runs)
+/// The warm-up runs before the window of `attempt`'s shape: [`WARMUP_ENV`] (checked at
+/// start-up), else [`default_warmup_runs`]; at least two when the attempt must measure the
+/// spread of eager runs (an earlier check was inconclusive with one).
+pub fn warmup_runs(attempt: Attempt) -> Result<usize, String> {
+    let runs = parse_warmup_runs(std::env::var(WARMUP_ENV).ok().as_deref(), attempt.prior_runs)?;
+    Ok(if attempt.measure_spread { runs.max(2) } else { runs })
+}
+
+/// Checks [`WARMUP_ENV`] at start-up, so a bad value fails before the first step.
+pub fn check_env() -> Result<(), String> {
+    parse_warmup_runs(std::env::var(WARMUP_ENV).ok().as_deref(), 0).map(drop)
 }
 
 fn parse_warmup_runs(value: Option<&str>, prior_runs: u32) -> Result<usize, String> {

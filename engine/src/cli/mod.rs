@@ -69,9 +69,7 @@ struct TrainArgs {
 pub fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    if let Err(msg) =
-        crate::kernel_cache::check_conv_kernels().and(crate::fusion_search::max_blocks().map(drop)).and(crate::capture::one_graph::warmup_runs(0).map(drop))
-    {
+    if let Err(msg) = crate::kernel_cache::check_conv_kernels().and(crate::fusion_search::max_blocks().map(drop)).and(crate::capture::one_graph::check_env()) {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }

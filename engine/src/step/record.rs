@@ -34,7 +34,7 @@ use libreyolo_stages::kinds::optimizer::{Saved, save_one, write_saved};
 use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StateMut, StepInfo, Value};
 
 use super::core::{Core, Mode, Tapes};
-use crate::capture::{GraphOps, one_graph};
+use crate::capture::{Attempt, CaptureError, GraphOps, one_graph};
 
 /// A recorded graph segment of the region.
 struct Recorded {
@@ -416,11 +416,11 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         Ok(b)
     }
 
-    fn capture(&mut self, prior_runs: u32) -> Result<(RegionGraphs, Option<Result<Board, String>>), String> {
+    fn capture(&mut self, attempt: Attempt) -> Result<(RegionGraphs, Option<Result<Board, String>>), CaptureError> {
         let writers = self.writers();
         let saved = snapshot(&writers);
         let entry = stable_copies(&self.board, self.entry);
-        let runs = one_graph::warmup_runs(prior_runs)?;
+        let runs = one_graph::warmup_runs(attempt)?;
         let mut figures: Vec<Measured> = vec![];
         let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures)?];
         let started = std::time::Instant::now();
@@ -438,7 +438,7 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let recorded = recorded.map_err(|(PassError::Window(e) | PassError::Other(e))| e)?;
         let mut g = RegionGraphs { entry, recorded };
         if !g.is_hardware() && !self.core.allow_software {
-            return Err("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string());
+            return Err(CaptureError::Failed("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string()));
         }
         // The check: one replay from the saved state on this batch against the warm-up runs.
         // The last two warm-up runs (or the only one) are the check's eager references.
@@ -447,12 +447,11 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
             [a] => (a.clone(), None),
             [] => unreachable!("at least one warm-up run"),
         };
-        let checked = self.replay_on(&mut g).and_then(|out| {
+        let checked = self.replay_on(&mut g).map_err(CaptureError::Failed).and_then(|out| {
             let replayed = self.measure(&out, &writers, &saved);
             tracing::debug!("cuda_graph: the check by part, eager -> replayed: {}", self.by_part(&reference, &replayed));
-            agree(reference.pair(), again, replayed.pair(), "step's result")
-                .map_err(|e| format!("{e}; by part, eager -> replayed: {}", self.by_part(&reference, &replayed)))
-                .map(|()| out)
+            let by_part = |e: String| format!("{e}; by part, eager -> replayed: {}", self.by_part(&reference, &replayed));
+            agree(reference.pair(), again, replayed.pair(), "step's result").map_err(|e| e.map(by_part)).map(|()| out)
         });
         let _ = self.core.device.sync();
         match checked {
@@ -473,15 +472,20 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
 /// from the same state, `replayed` the graph's, each as (loss, signature). The tolerances (1e-3
 /// on the loss, 1e-2 on the signature) widen to four times the spread of the two eager runs, so
 /// kernels that are not deterministic (atomic split-K reductions in bf16) pass while a graph
-/// that reads or writes the wrong buffers does not. Gradients that overflow in both eager runs
-/// (fp16 with a loss scale too large for this batch, which the scaler answers by skipping the
-/// step) agree with a replay whose gradients overflow too. A region without the loss compares
-/// the signature alone.
-pub fn agree(eager: (f64, f64), again: Option<(f64, f64)>, replayed: (f64, f64), what: &str) -> Result<(), String> {
+/// that reads or writes the wrong buffers does not. With one eager run (`again` `None`) a
+/// finite disagreement is [`CaptureError::Unsure`]: the spread that could explain it is
+/// unmeasured. Gradients that overflow in both eager runs (fp16 with a loss scale too large for
+/// this batch, which the scaler answers by skipping the step) agree with a replay whose
+/// gradients overflow too. A region without the loss compares the signature alone.
+pub fn agree(eager: (f64, f64), again: Option<(f64, f64)>, replayed: (f64, f64), what: &str) -> Result<(), CaptureError> {
     // With one eager run its spread is unknown: the tolerances stay at their floors.
     let second = |v: f64| match again {
         Some(_) => format!("a second eager run gave {v:.6e}"),
-        None => format!("one eager run, its spread unmeasured: {}=2 measures it", one_graph::WARMUP_ENV),
+        None => "one eager run, its spread unmeasured".to_string(),
+    };
+    let doubt = |e: String| {
+        let finite = eager.0.is_finite() == replayed.0.is_finite() && eager.1.is_finite() && replayed.1.is_finite();
+        if again.is_none() && finite { CaptureError::Unsure(e) } else { CaptureError::Failed(e) }
     };
     let again = again.unwrap_or(eager);
     let spread = |a: f64, b: f64| (a - b).abs() / a.abs().max(1e-12);
@@ -490,20 +494,28 @@ pub fn agree(eager: (f64, f64), again: Option<(f64, f64)>, replayed: (f64, f64),
     let overflowed = !eager.1.is_finite() && !again.1.is_finite();
     let no_loss = eager.0.is_nan() && again.0.is_nan() && replayed.0.is_nan();
     if !no_loss && !(spread(eager.0, replayed.0) <= tol_loss) {
-        Err(format!("the replayed loss {} differs from eager {} on the capture batch (tolerance {tol_loss:.1e}; {})", replayed.0, eager.0, second(again.0)))
+        Err(doubt(format!(
+            "the replayed loss {} differs from eager {} on the capture batch (tolerance {tol_loss:.1e}; {})",
+            replayed.0,
+            eager.0,
+            second(again.0)
+        )))
     } else if overflowed {
         if replayed.1.is_finite() {
-            Err(format!("the replayed {what} (sum of squares {:.6e}) is finite where both eager runs overflowed ({} and {})", replayed.1, eager.1, again.1))
+            Err(CaptureError::Failed(format!(
+                "the replayed {what} (sum of squares {:.6e}) is finite where both eager runs overflowed ({} and {})",
+                replayed.1, eager.1, again.1
+            )))
         } else {
             Ok(())
         }
     } else if !(spread(eager.1, replayed.1) <= tol_sig) {
-        Err(format!(
+        Err(doubt(format!(
             "the replayed {what} (sum of squares {:.6e}) differs from eager ({:.6e}) on the capture batch (tolerance {tol_sig:.1e}; {})",
             replayed.1,
             eager.1,
             second(again.1)
-        ))
+        )))
     } else {
         Ok(())
     }
@@ -516,15 +528,22 @@ mod tests {
     #[test]
     fn a_replay_agrees_within_the_spread_of_eager() {
         // Deterministic kernels: the H200's two-graph gradients 1.6% off fail, 0.5% passes.
-        assert!(agree((17.1, 2.385e5), Some((17.1, 2.385e5)), (17.1, 2.424e5), "gradient").unwrap_err().contains("gradient"));
+        assert!(agree((17.1, 2.385e5), Some((17.1, 2.385e5)), (17.1, 2.424e5), "gradient").unwrap_err().to_string().contains("gradient"));
         assert!(agree((17.1, 2.385e5), Some((17.1, 2.385e5)), (17.1, 2.397e5), "gradient").is_ok());
-        // One eager reference: the floors, and the refusal says the spread is unmeasured.
+        // One eager reference: the floors; a finite disagreement is unsure (the spread that could
+        // explain it unmeasured), a NaN one fails.
         assert!(agree((17.1, 2.385e5), None, (17.1, 2.397e5), "gradient").is_ok());
-        assert!(agree((17.1, 2.385e5), None, (17.1, 2.424e5), "gradient").unwrap_err().contains("one eager run"));
+        let unsure = agree((17.1, 2.385e5), None, (17.1, 2.424e5), "gradient").unwrap_err();
+        assert!(matches!(&unsure, CaptureError::Unsure(e) if e.contains("one eager run")), "{unsure}");
+        assert!(matches!(agree((17.1, 2.385e5), None, (17.2, 2.385e5), "gradient"), Err(CaptureError::Unsure(_))));
+        assert!(matches!(agree((17.1, 2.385e5), None, (17.1, f64::NAN), "gradient"), Err(CaptureError::Failed(_))));
+        assert!(matches!(agree((17.1, 2.385e5), None, (f64::NAN, 2.385e5), "gradient"), Err(CaptureError::Failed(_))));
+        // Two references: a disagreement beyond their spread fails.
+        assert!(matches!(agree((17.1, 2.385e5), Some((17.1, 2.385e5)), (17.1, 2.424e5), "gradient"), Err(CaptureError::Failed(_))));
         // Eager runs 1% apart (atomic reductions): 1.6% is within four times that spread.
         assert!(agree((17.1, 2.385e5), Some((17.1, 2.409e5)), (17.1, 2.424e5), "gradient").is_ok());
         // A graph reading never-written memory (the H200's first whole-step capture).
-        let err = agree((18215.2, 1.0), Some((18215.2, 1.0)), (17.15, 1.0), "step").unwrap_err();
+        let err = agree((18215.2, 1.0), Some((18215.2, 1.0)), (17.15, 1.0), "step").unwrap_err().to_string();
         assert!(err.contains("replayed loss 17.15"), "{err}");
         // NaN never agrees.
         assert!(agree((17.1, 1.0), Some((17.1, 1.0)), (f64::NAN, 1.0), "gradient").is_err());
@@ -532,7 +551,7 @@ mod tests {
         // fp16 at a loss scale this batch overflows: eager and replay overflow alike (the scaler
         // skips the step in both), which agrees; a finite replay against overflowing eager does not.
         assert!(agree((17.1, f64::INFINITY), Some((17.1, f64::NAN)), (17.1, f64::INFINITY), "gradient").is_ok());
-        assert!(agree((17.1, f64::INFINITY), Some((17.1, f64::INFINITY)), (17.1, 2.4e5), "gradient").unwrap_err().contains("finite"));
+        assert!(agree((17.1, f64::INFINITY), Some((17.1, f64::INFINITY)), (17.1, 2.4e5), "gradient").unwrap_err().to_string().contains("finite"));
         // One eager run overflowing and the other not is no overflow: NaN spread, refused.
         assert!(agree((17.1, f64::INFINITY), Some((17.1, 2.4e5)), (17.1, 2.4e5), "gradient").is_err());
         // A region without the loss (the update alone) compares what it moved.
