@@ -103,11 +103,13 @@ fn missing_required_key_names_it() {
 #[test]
 fn missing_required_section_names_it() {
     let text = shipped_manifest();
-    let start = text.find("[data]").unwrap();
-    let end = text.find("[model]").unwrap();
-    let text = format!("{}{}", &text[..start], &text[end..]);
-    let out = error(&text, &[]);
-    assert!(out.contains("missing key `data` in the top level"), "{out}");
+    let cut = |from: &str, to: &str| format!("{}{}", &text[..text.find(from).unwrap()], &text[text.find(to).unwrap()..]);
+    let out = error(&cut("[model]", "[precision]"), &[]);
+    assert!(out.contains("missing key `model` in the top level"), "{out}");
+    // `[data]` may go: its keys take their defaults, and the dataset comes from `data=`.
+    let (loaded, _) = load(&cut("[data]", "[model]"), &["data=d.yaml"]).unwrap();
+    assert_eq!((loaded.manifest.data.workers, loaded.manifest.data.max_labels), (8, 300));
+    assert!(loaded.manifest.data.dataset.unwrap().ends_with("d.yaml"));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Training end to end on the CPU: a short COCO128 run whose loss decreases and which writes
-//! every artifact; a run killed with SIGKILL resumes where its last epoch ended.
+//! every artifact; a run killed with SIGKILL resumes, by its name alone, where its last epoch
+//! ended.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -90,11 +91,13 @@ fn a_killed_run_resumes_from_its_last_epoch() {
     let done_before = csv_rows(&run).len();
     assert!((1..3).contains(&done_before));
 
-    let mut args = small(dir.path(), "killed", 3);
-    args.extend(["resume=true".into(), "exist_ok=true".into()]);
+    // Resumed by its name alone: the rest (the dataset, 64 px, the CPU) comes from the run's
+    // resolved manifest.toml.
+    let args = ["manifests/yolo9t.toml".to_string(), format!("project={}", dir.path().display()), "name=killed".into(), "resume=true".into()];
     let out = bin().args(&args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("resume: the settings of {}", run.join("manifest.toml").display())), "{stderr}");
     assert!(stderr.contains(&format!("resuming {} at epoch {}", run.display(), done_before + 1)), "{stderr}");
     let epochs: Vec<String> = csv_rows(&run).iter().map(|r| r[0].clone()).collect();
     assert_eq!(epochs, vec!["0", "1", "2"], "each epoch recorded exactly once");

@@ -174,7 +174,7 @@ impl Thresholds {
 fn required_weights(loaded: &manifest::LoadedManifest, command: &str) -> Result<PathBuf, Failure> {
     loaded.manifest.model.weights.clone().ok_or_else(|| {
         anyhow::anyhow!(
-            "{command} needs `weights=PATH` (a checkpoint such as runs/train/exp/weights/best.safetensors, a state dict with LibreYOLO's key names, or a LibreYOLO .pt)"
+            "{command} needs `weights=PATH` (a checkpoint such as runs/train/NAME/weights/best.safetensors, a state dict with LibreYOLO's key names, or a LibreYOLO .pt)"
         )
         .into()
     })
@@ -214,7 +214,7 @@ fn eval_network(
 
 fn train(args: &TrainArgs) -> Result<(), Failure> {
     let path = args.manifest.as_deref().expect("clap requires MANIFEST");
-    let loaded = manifest::load(path, &args.overrides)?;
+    let loaded = crate::train::run_dir::resumed(manifest::load(path, &args.overrides)?, &args.overrides)?;
     crate::device::use_deterministic_reductions(loaded.manifest.run.deterministic);
     let dag = StepDag::build(&loaded)?;
     let device = run_device(&loaded)?;
@@ -279,7 +279,8 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         None => println!("no epoch completed; run directory {}", summary.run_dir.display()),
     }
     if summary.interrupted {
-        println!("interrupted: continue with `resume=true exist_ok=true name=<this run>`");
+        let name = summary.run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        println!("interrupted: continue with `resume=true name={name}` (the run's settings come from its manifest.toml)");
     }
     Ok(())
 }

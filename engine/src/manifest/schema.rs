@@ -15,6 +15,7 @@ use super::values::{AmpDtype, CacheMode, DeviceRequest, ImgSize, LabelRowsSettin
 pub struct Manifest {
     #[serde(default)]
     pub run: RunSettings,
+    #[serde(default)]
     pub data: DataSettings,
     pub model: ModelSettings,
     #[serde(default)]
@@ -114,6 +115,20 @@ pub struct DataSettings {
     /// isolation, without the loader; LibreYOLO's documented way of timing a step).
     #[serde(default)]
     pub fixed_batch: bool,
+}
+
+impl Default for DataSettings {
+    fn default() -> Self {
+        Self {
+            dataset: None,
+            workers: defaults::workers(),
+            cache: CacheMode::default(),
+            max_labels: defaults::max_labels(),
+            label_rows: LabelRowsSetting::default(),
+            resize: Default::default(),
+            fixed_batch: false,
+        }
+    }
 }
 
 /// `[model]`: which network to build.

@@ -56,7 +56,7 @@ fn run_dir(loaded: &LoadedManifest, replica: &Replica) -> anyhow::Result<(Option
     let m = &loaded.manifest;
     let run = if replica.is_main() {
         let run = RunDir::create(&m.run.project, &m.run.name, m.run.exist_ok, m.run.resume)?;
-        run.write_manifest(&loaded.source.text)?;
+        run.write_manifest(loaded)?;
         replica.publish_run_dir(&run.path);
         Some(run)
     } else {

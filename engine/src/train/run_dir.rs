@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::manifest::{Diagnostic, LoadedManifest, is_resolved};
+
 /// The per-epoch and per-step records and their plots, which belong to one run.
 const RECORDS: [&str; 6] = ["results.csv", "metrics.jsonl", "steps.csv", "losses.png", "metrics.png", "map.png"];
 
@@ -40,6 +42,26 @@ pub struct StepRecord {
     /// The loss terms, in the loss's order (their names are the epoch's).
     pub losses: Vec<f64>,
     pub lr: f64,
+}
+
+/// With `resume=true`, the settings of the run being resumed: its resolved `manifest.toml`
+/// loaded with the command line's `overrides` on top (LibreYOLO restores a resumed run's
+/// arguments likewise), so `resume=true name=RUN` is enough; the manifest given on the command
+/// line only names the run directory. A run directory without a resolved manifest (made before
+/// runs kept one) keeps the given manifest.
+pub fn resumed(loaded: LoadedManifest, overrides: &[String]) -> Result<LoadedManifest, Diagnostic> {
+    let run = &loaded.manifest.run;
+    if !run.resume {
+        return Ok(loaded);
+    }
+    let saved = run.project.join(&run.name).join("manifest.toml");
+    match std::fs::read_to_string(&saved) {
+        Ok(text) if is_resolved(&text) => {
+            eprintln!("resume: the settings of {} (the command line's overrides on top)", saved.display());
+            crate::manifest::load(&saved, overrides)
+        }
+        _ => Ok(loaded),
+    }
 }
 
 /// The checkpoint `name` of the run directory `dir`.
@@ -93,8 +115,9 @@ impl RunDir {
         let _ = self.log.flush();
     }
 
-    pub fn write_manifest(&self, text: &str) -> anyhow::Result<()> {
-        std::fs::write(self.path.join("manifest.toml"), text).context("writing manifest.toml")
+    /// Writes the run's resolved manifest (atomically: a resumed run's other ranks may read it).
+    pub fn write_manifest(&self, loaded: &LoadedManifest) -> anyhow::Result<()> {
+        libreyolo_families::weights::write_atomically(&self.path.join("manifest.toml"), loaded.resolved_text().as_bytes()).context("writing manifest.toml")
     }
 
     /// Appends an epoch to `results.csv` (its validation columns named `metrics`) and
