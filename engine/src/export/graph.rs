@@ -15,9 +15,10 @@ pub fn record(network: &Network, params: &ParamStore, dims: [usize; 4], dtype: O
     let cx = Ctx::eval_fused(params, dtype);
     // Fold BatchNorm and RepConvN where the weights are, so the recorded graph holds the folded
     // convolutions rather than the arithmetic that folds them. The folding does not depend on
-    // the image size: a 64x64 forward does it.
+    // the image size, but a network may need a size of its own (RT-DETR picks 300 queries from
+    // its encoder's tokens, which a 64x64 image does not have): one image of the exported size.
     let home = params.entries().iter().find_map(|e| e.value.float()).map_or_else(Device::flex, |t| t.device());
-    let probe = Tensor::<4>::zeros([1, dims[1], 64, 64], &home);
+    let probe = Tensor::<4>::zeros([1, dims[1], dims[2], dims[3]], &home);
     drop(network.forward(probe, &cx, false));
     let device = Device::capture();
     let dtype = dtype.map(DType::from).unwrap_or(DType::F32);
