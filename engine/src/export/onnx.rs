@@ -4,7 +4,7 @@
 //!
 //! A batch-dynamic model (`dynamic=true`, LibreYOLO's default) is recorded at a batch size no
 //! other axis of the network has ([`DYNAMIC_BATCH`]) and written with that size as the symbolic
-//! `batch`: a reshape keeps its first axis (`0` in ONNX's Reshape), a slice leaves it whole.
+//! `batch`: a reshape infers its first axis (`-1` in ONNX's Reshape), a slice leaves it whole.
 
 mod nms;
 
@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use anyhow::bail;
 use burn::backend::capture::{CapturedGraph, TensorId};
 use burn::backend::ir::{
-    ActivationOperationIr, BaseOperationIr, BinaryOpIr, FloatOperationIr, IntOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr, ScalarIr,
-    TensorIr, UnaryOpIr,
+    ActivationOperationIr, BaseOperationIr, BinaryOpIr, BoolOperationIr, FloatOperationIr, IntOperationIr, ModuleOperationIr, NumericOperationIr, OperationIr,
+    ScalarIr, ScalarOpIr, TensorIr, UnaryOpIr,
 };
 use burn::tensor::{DType, TensorData};
 use onnx_protobuf::attribute_proto::AttributeType;
@@ -67,10 +67,13 @@ pub fn model(captured: &CapturedGraph, options: &OnnxOptions) -> anyhow::Result<
         initializers: vec![],
         written: HashSet::new(),
         dynamic: options.dynamic_batch,
+        opset: options.opset,
+        batched: HashSet::from([input]),
         fresh: 0,
         shapes: BTreeMap::new(),
     };
     for op in &captured.graph.operations {
+        w.track_batch(op);
         w.operation(op)?;
     }
     let (Some(in_ir), Some(out_ir)) = (w.shapes.get(&input).cloned(), w.shapes.get(&output).cloned()) else {
@@ -189,7 +192,10 @@ struct Writer<'a> {
     /// The recorded constants already written as initializers.
     written: HashSet<TensorId>,
     dynamic: bool,
-    /// Counter of the constants the translation adds (shapes, scalars).
+    opset: i64,
+    /// The tensors that depend on the input's batch (a batch-dynamic reshape finds its axis).
+    batched: HashSet<TensorId>,
+    /// Counter of the constants and values the translation adds (shapes, scalars).
     fresh: usize,
     /// Shape and dtype of every tensor seen.
     shapes: BTreeMap<TensorId, (Vec<usize>, DType)>,
@@ -240,6 +246,34 @@ impl Writer<'_> {
         self.constant(TensorData::new(v, [n]))
     }
 
+    /// A batch-dynamic reshape's target: a tensor that depends on the batch has it in the first
+    /// axis of the recorded size's multiples, alone or merged with others (RT-DETR's attention
+    /// folds (batch, heads) into one axis, and its queries gain a leading axis), written `-1`
+    /// for ONNX to infer; a tensor that does not keeps its recorded shape.
+    fn reshape_const(&mut self, input: &TensorIr, dims: &[usize]) -> anyhow::Result<String> {
+        let mut shape: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        if self.batched.contains(&input.id) {
+            let Some(axis) = dims.iter().position(|d| d % DYNAMIC_BATCH == 0) else {
+                bail!("export to ONNX: the network reshapes {:?} to {dims:?}, which loses the batch axis; export with dynamic=false", input.shape.as_slice())
+            };
+            shape[axis] = -1;
+        }
+        self.const_i64(shape)
+    }
+
+    /// Marks the outputs of `op` batch-dependent when one of its inputs is.
+    fn track_batch(&mut self, op: &OperationIr) {
+        if op.inputs().any(|t| self.batched.contains(&t.id)) {
+            self.batched.extend(op.outputs().map(|t| t.id));
+        }
+    }
+
+    /// A fresh name for an intermediate value the translation adds.
+    fn temp(&mut self) -> String {
+        self.fresh += 1;
+        format!("n{}", self.fresh)
+    }
+
     fn constant(&mut self, data: TensorData) -> anyhow::Result<String> {
         self.fresh += 1;
         let name = format!("c{}", self.fresh);
@@ -286,8 +320,27 @@ impl Writer<'_> {
             OperationIr::Float(_, f) => self.float(f),
             OperationIr::BaseFloat(b) | OperationIr::BaseInt(b) | OperationIr::BaseBool(b) => self.base(b),
             OperationIr::Int(IntOperationIr::IntoFloat(c)) => self.cast(&c.input, &c.out),
+            OperationIr::Bool(b) => self.boolean(b),
             other => unsupported(other),
         }
+    }
+
+    fn boolean(&mut self, b: &BoolOperationIr) -> anyhow::Result<()> {
+        match b {
+            BoolOperationIr::Not(u) => self.unary("Not", u),
+            BoolOperationIr::And(x) => self.binary("And", x),
+            BoolOperationIr::Or(x) => self.binary("Or", x),
+            BoolOperationIr::Xor(x) => self.binary("Xor", x),
+            BoolOperationIr::IntoFloat(c) | BoolOperationIr::IntoInt(c) => self.cast(&c.input, &c.out),
+        }
+    }
+
+    /// `op(x, c)` with the scalar `c` in the operand's type (a comparison, Max, Min).
+    fn compare_scalar(&mut self, op: &str, s: &ScalarOpIr) -> anyhow::Result<()> {
+        let x = self.input(&s.lhs)?;
+        let c = self.scalar(&s.rhs, s.lhs.dtype)?;
+        self.node(op, vec![x, c], &s.out, vec![]);
+        Ok(())
     }
 
     fn cast(&mut self, input: &TensorIr, out: &TensorIr) -> anyhow::Result<()> {
@@ -360,6 +413,31 @@ impl Writer<'_> {
         Ok(())
     }
 
+    /// burn's grid sample as ONNX GridSample (opset 16 on, torch.onnx's mapping).
+    fn grid_sample(&mut self, g: &burn::backend::ir::GridSample2dOpIr) -> anyhow::Result<()> {
+        use burn::backend::ir::{GridSamplePaddingModeIr as Pad, InterpolateModeIr as Mode};
+        if self.opset < 16 {
+            bail!(
+                "export to ONNX: the network samples with grid_sample (RT-DETR's deformable attention), which ONNX has from opset 16: export with opset=16 or 17"
+            );
+        }
+        let mode = match g.options.mode {
+            Mode::Bilinear => "bilinear",
+            Mode::Nearest => "nearest",
+            Mode::Bicubic => "bicubic",
+            ref other => bail!("export to ONNX: grid_sample mode {other:?} has no ONNX translation"),
+        };
+        let padding = match g.options.padding_mode {
+            Pad::Zeros => "zeros",
+            Pad::Border => "border",
+            Pad::Reflection => "reflection",
+        };
+        let (x, grid) = (self.input(&g.tensor)?, self.input(&g.grid)?);
+        let attrs = vec![("align_corners", Attr::Int(g.options.align_corners as i64)), ("mode", Attr::Str(mode)), ("padding_mode", Attr::Str(padding))];
+        self.node("GridSample", vec![x, grid], &g.out, attrs);
+        Ok(())
+    }
+
     /// Interpolation as ONNX Resize to the recorded output size.
     fn resize(&mut self, p: &burn::backend::ir::InterpolateOpIr) -> anyhow::Result<()> {
         use burn::backend::ir::InterpolateModeIr as Mode;
@@ -400,8 +478,25 @@ impl Writer<'_> {
                 self.node("HardSigmoid", vec![x], &h.out, vec![("alpha", Attr::Float(h.alpha.elem())), ("beta", Attr::Float(h.beta.elem()))]);
                 Ok(())
             }
+            // Gelu is an ONNX op from opset 20 only: its erf form, as torch.onnx writes it.
+            ActivationOperationIr::Gelu(u) => self.gelu(u),
             other => unsupported_named(&format!("{other:?}")),
         }
+    }
+
+    /// `x * 0.5 * (1 + erf(x / sqrt(2)))`, burn's (and torch's default) exact GELU.
+    fn gelu(&mut self, u: &UnaryOpIr) -> anyhow::Result<()> {
+        let x = self.input(&u.input)?;
+        let dtype = u.input.dtype;
+        let [sqrt2, one, half] = [std::f64::consts::SQRT_2, 1.0, 0.5].map(|v| self.scalar(&ScalarIr::Float(v), dtype));
+        let (sqrt2, one, half) = (sqrt2?, one?, half?);
+        let [scaled, erf, shifted, product] = [self.temp(), self.temp(), self.temp(), self.temp()];
+        self.node_named("Div", vec![x.clone(), sqrt2], vec![scaled.clone()], vec![]);
+        self.node_named("Erf", vec![scaled], vec![erf.clone()], vec![]);
+        self.node_named("Add", vec![erf, one], vec![shifted.clone()], vec![]);
+        self.node_named("Mul", vec![x, shifted], vec![product.clone()], vec![]);
+        self.node("Mul", vec![product, half], &u.out, vec![]);
+        Ok(())
     }
 
     fn numeric(&mut self, dtype: DType, n: &NumericOperationIr) -> anyhow::Result<()> {
@@ -426,8 +521,33 @@ impl Writer<'_> {
             }
             N::SumDim(r) | N::MeanDim(r) | N::MaxDim(r) => self.reduce(n, &r.input, &[r.axis], &r.out),
             N::SumDims(r) => self.reduce(n, &r.input, &r.axes, &r.out),
+            N::Greater(b) => self.binary("Greater", b),
+            N::GreaterEqual(b) => self.binary("GreaterOrEqual", b),
+            N::Lower(b) => self.binary("Less", b),
+            N::LowerEqual(b) => self.binary("LessOrEqual", b),
+            N::GreaterElem(s) => self.compare_scalar("Greater", s),
+            N::GreaterEqualElem(s) => self.compare_scalar("GreaterOrEqual", s),
+            N::LowerElem(s) => self.compare_scalar("Less", s),
+            N::LowerEqualElem(s) => self.compare_scalar("LessOrEqual", s),
+            // clamp_min / clamp_max: the larger / smaller of x and c.
+            N::ClampMin(s) => self.compare_scalar("Max", s),
+            N::ClampMax(s) => self.compare_scalar("Min", s),
             N::Neg(u) => self.unary("Neg", u),
             N::Abs(u) => self.unary("Abs", u),
+            // Descending and sorted, as burn's top-k; ONNX's indices are int64.
+            N::TopKWithIndices(t) => {
+                let x = self.input(&t.tensor)?;
+                let k = self.const_i64(vec![t.k as i64])?;
+                let values = self.name(&t.out);
+                let indices = if t.out_indices.dtype == DType::I64 { self.name(&t.out_indices) } else { self.temp() };
+                let attrs = vec![("axis", Attr::Int(t.dim as i64)), ("largest", Attr::Int(1)), ("sorted", Attr::Int(1))];
+                self.node_named("TopK", vec![x, k], vec![values, indices.clone()], attrs);
+                if t.out_indices.dtype != DType::I64 {
+                    let Some(to) = elem_type(t.out_indices.dtype) else { bail!("no ONNX element type for {:?}", t.out_indices.dtype) };
+                    self.node("Cast", vec![indices], &t.out_indices, vec![("to", Attr::Int(to as i64))]);
+                }
+                Ok(())
+            }
             N::Clamp(c) => {
                 let x = self.input(&c.tensor)?;
                 let (lo, hi) = (self.scalar(&c.min, dtype)?, self.scalar(&c.max, dtype)?);
@@ -463,6 +583,8 @@ impl Writer<'_> {
             F::Sqrt(u) => ("Sqrt", u),
             F::Tanh(u) => ("Tanh", u),
             F::Erf(u) => ("Erf", u),
+            F::Sin(u) => ("Sin", u),
+            F::Cos(u) => ("Cos", u),
             F::Recip(u) => ("Reciprocal", u),
             F::Floor(u) => ("Floor", u),
             F::Ceil(u) => ("Ceil", u),
@@ -474,6 +596,8 @@ impl Writer<'_> {
                 return Ok(());
             }
             F::IntoInt(c) => return self.cast(&c.input, &c.out),
+            F::GridSample2d(g) => return self.grid_sample(g),
+            F::Powf(b) => return self.binary("Pow", b),
             other => return unsupported_named(&format!("{other:?}")),
         };
         self.unary(op, u)
@@ -485,7 +609,10 @@ impl Writer<'_> {
             B::Reshape(r) | B::Expand(r) => {
                 let x = self.input(&r.input)?;
                 let dims = r.out.shape.as_slice().to_vec();
-                let shape = self.shape_const(&dims)?;
+                let shape = match b {
+                    B::Reshape(_) if self.dynamic => self.reshape_const(&r.input, &dims)?,
+                    _ => self.shape_const(&dims)?,
+                };
                 let op = if matches!(b, B::Reshape(_)) { "Reshape" } else { "Expand" };
                 if op == "Expand" && self.dynamic && dims.first() == Some(&DYNAMIC_BATCH) {
                     bail!("export to ONNX: a broadcast over the batch axis cannot be written batch-dynamic; export with dynamic=false");
@@ -515,6 +642,35 @@ impl Writer<'_> {
                 self.node("Concat", inputs, &c.out, vec![("axis", Attr::Int(c.dim as i64))]);
             }
             B::Cast(c) => self.cast(&c.input, &c.out)?,
+            B::Equal(e) => self.binary("Equal", e)?,
+            B::EqualElem(s) => self.compare_scalar("Equal", s)?,
+            B::MaskWhere(m) => {
+                let (mask, value, x) = (self.input(&m.mask)?, self.input(&m.value)?, self.input(&m.tensor)?);
+                self.node("Where", vec![mask, value, x], &m.out, vec![]);
+            }
+            B::MaskFill(m) => {
+                let (mask, x) = (self.input(&m.mask)?, self.input(&m.tensor)?);
+                let value = self.scalar(&m.value, m.tensor.dtype)?;
+                self.node("Where", vec![mask, value, x], &m.out, vec![]);
+            }
+            B::RepeatDim(r) => {
+                if self.dynamic && r.dim == 0 {
+                    bail!("export to ONNX: the network repeats the batch axis, which cannot be written batch-dynamic; export with dynamic=false");
+                }
+                let x = self.input(&r.tensor)?;
+                let repeats = (0..r.tensor.shape.as_slice().len()).map(|d| if d == r.dim { r.times as i64 } else { 1 }).collect();
+                let repeats = self.const_i64(repeats)?;
+                self.node("Tile", vec![x, repeats], &r.out, vec![]);
+            }
+            // burn's gather is torch.gather (ONNX GatherElements); its select, index_select (Gather).
+            B::Gather(g) => {
+                let (x, i) = (self.input(&g.tensor)?, self.input(&g.indices)?);
+                self.node("GatherElements", vec![x, i], &g.out, vec![("axis", Attr::Int(g.dim as i64))]);
+            }
+            B::Select(g) => {
+                let (x, i) = (self.input(&g.tensor)?, self.input(&g.indices)?);
+                self.node("Gather", vec![x, i], &g.out, vec![("axis", Attr::Int(g.dim as i64))]);
+            }
             other => unsupported_named(&format!("{other:?}"))?,
         }
         Ok(())
