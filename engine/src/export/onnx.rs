@@ -67,7 +67,6 @@ pub fn model(captured: &CapturedGraph, options: &OnnxOptions) -> anyhow::Result<
         initializers: vec![],
         written: HashSet::new(),
         dynamic: options.dynamic_batch,
-        opset: options.opset,
         batched: HashSet::from([input]),
         fresh: 0,
         shapes: BTreeMap::new(),
@@ -192,7 +191,6 @@ struct Writer<'a> {
     /// The recorded constants already written as initializers.
     written: HashSet<TensorId>,
     dynamic: bool,
-    opset: i64,
     /// The tensors that depend on the input's batch (a batch-dynamic reshape finds its axis).
     batched: HashSet<TensorId>,
     /// Counter of the constants and values the translation adds (shapes, scalars).
@@ -330,8 +328,8 @@ impl Writer<'_> {
             BoolOperationIr::Not(u) => self.unary("Not", u),
             BoolOperationIr::And(x) => self.binary("And", x),
             BoolOperationIr::Or(x) => self.binary("Or", x),
-            BoolOperationIr::Xor(x) => self.binary("Xor", x),
             BoolOperationIr::IntoFloat(c) | BoolOperationIr::IntoInt(c) => self.cast(&c.input, &c.out),
+            other => unsupported_named(&format!("{other:?}")),
         }
     }
 
@@ -410,31 +408,6 @@ impl Writer<'_> {
             }
             other => unsupported_named(&format!("{other:?}"))?,
         }
-        Ok(())
-    }
-
-    /// burn's grid sample as ONNX GridSample (opset 16 on, torch.onnx's mapping).
-    fn grid_sample(&mut self, g: &burn::backend::ir::GridSample2dOpIr) -> anyhow::Result<()> {
-        use burn::backend::ir::{GridSamplePaddingModeIr as Pad, InterpolateModeIr as Mode};
-        if self.opset < 16 {
-            bail!(
-                "export to ONNX: the network samples with grid_sample (RT-DETR's deformable attention), which ONNX has from opset 16: export with opset=16 or 17"
-            );
-        }
-        let mode = match g.options.mode {
-            Mode::Bilinear => "bilinear",
-            Mode::Nearest => "nearest",
-            Mode::Bicubic => "bicubic",
-            ref other => bail!("export to ONNX: grid_sample mode {other:?} has no ONNX translation"),
-        };
-        let padding = match g.options.padding_mode {
-            Pad::Zeros => "zeros",
-            Pad::Border => "border",
-            Pad::Reflection => "reflection",
-        };
-        let (x, grid) = (self.input(&g.tensor)?, self.input(&g.grid)?);
-        let attrs = vec![("align_corners", Attr::Int(g.options.align_corners as i64)), ("mode", Attr::Str(mode)), ("padding_mode", Attr::Str(padding))];
-        self.node("GridSample", vec![x, grid], &g.out, attrs);
         Ok(())
     }
 
@@ -583,8 +556,6 @@ impl Writer<'_> {
             F::Sqrt(u) => ("Sqrt", u),
             F::Tanh(u) => ("Tanh", u),
             F::Erf(u) => ("Erf", u),
-            F::Sin(u) => ("Sin", u),
-            F::Cos(u) => ("Cos", u),
             F::Recip(u) => ("Reciprocal", u),
             F::Floor(u) => ("Floor", u),
             F::Ceil(u) => ("Ceil", u),
@@ -596,8 +567,6 @@ impl Writer<'_> {
                 return Ok(());
             }
             F::IntoInt(c) => return self.cast(&c.input, &c.out),
-            F::GridSample2d(g) => return self.grid_sample(g),
-            F::Powf(b) => return self.binary("Pow", b),
             other => return unsupported_named(&format!("{other:?}")),
         };
         self.unary(op, u)
@@ -644,15 +613,6 @@ impl Writer<'_> {
             B::Cast(c) => self.cast(&c.input, &c.out)?,
             B::Equal(e) => self.binary("Equal", e)?,
             B::EqualElem(s) => self.compare_scalar("Equal", s)?,
-            B::MaskWhere(m) => {
-                let (mask, value, x) = (self.input(&m.mask)?, self.input(&m.value)?, self.input(&m.tensor)?);
-                self.node("Where", vec![mask, value, x], &m.out, vec![]);
-            }
-            B::MaskFill(m) => {
-                let (mask, x) = (self.input(&m.mask)?, self.input(&m.tensor)?);
-                let value = self.scalar(&m.value, m.tensor.dtype)?;
-                self.node("Where", vec![mask, value, x], &m.out, vec![]);
-            }
             B::RepeatDim(r) => {
                 if self.dynamic && r.dim == 0 {
                     bail!("export to ONNX: the network repeats the batch axis, which cannot be written batch-dynamic; export with dynamic=false");
@@ -662,14 +622,10 @@ impl Writer<'_> {
                 let repeats = self.const_i64(repeats)?;
                 self.node("Tile", vec![x, repeats], &r.out, vec![]);
             }
-            // burn's gather is torch.gather (ONNX GatherElements); its select, index_select (Gather).
+            // burn's gather is torch.gather: ONNX GatherElements.
             B::Gather(g) => {
                 let (x, i) = (self.input(&g.tensor)?, self.input(&g.indices)?);
                 self.node("GatherElements", vec![x, i], &g.out, vec![("axis", Attr::Int(g.dim as i64))]);
-            }
-            B::Select(g) => {
-                let (x, i) = (self.input(&g.tensor)?, self.input(&g.indices)?);
-                self.node("Gather", vec![x, i], &g.out, vec![("axis", Attr::Int(g.dim as i64))]);
             }
             other => unsupported_named(&format!("{other:?}"))?,
         }
