@@ -148,6 +148,8 @@ pub struct CaptureManager<G> {
     /// Shapes whose capture was [`CaptureError::Unsure`] once: the next is checked against two
     /// eager references, and a second doubt fails.
     unsure: HashSet<ShapeKey>,
+    /// Whether an unsure capture is tried again ([`Self::retrying_unsure`]).
+    retry_unsure: bool,
     graphs: Vec<(ShapeKey, G, u64)>,
     disabled: Option<String>,
     eager_runs: u64,
@@ -164,12 +166,21 @@ impl<G> CaptureManager<G> {
             max_graphs: max_graphs.max(1),
             seen: HashMap::new(),
             unsure: HashSet::new(),
+            retry_unsure: true,
             graphs: vec![],
             disabled: None,
             eager_runs: 0,
             eager_fallbacks: 0,
             warned_full: false,
         }
+    }
+
+    /// Whether an unsure capture runs its step eager and is tried again (the default), or fails
+    /// like any other. One process per GPU turns it off: each process checks its own shard, so
+    /// one could retry while another replays, and their collectives would no longer pair up.
+    pub fn retrying_unsure(mut self, on: bool) -> Self {
+        self.retry_unsure = on;
+        self
     }
 
     /// A manager that never captures, with the reason (logged once by the caller).
@@ -234,7 +245,7 @@ impl<G> CaptureManager<G> {
                             Err(e) => self.disable(format!("first graph replay failed: {e}")),
                         }
                     }
-                    Err(CaptureError::Unsure(e)) if !attempt.measure_spread => {
+                    Err(CaptureError::Unsure(e)) if !attempt.measure_spread && self.retry_unsure => {
                         tracing::info!(
                             "cuda_graph: {}'s check at input shape {:?} was inconclusive ({e}); this step runs eager, the next captures again against two eager runs",
                             self.what,
@@ -437,6 +448,11 @@ mod tests {
         let runs: Vec<_> = (0..3).map(|_| m.run(&key(16), &mut Unsure)).collect();
         assert_eq!(runs, ["eager", "eager", "eager"]);
         assert_eq!(m.info().fallback_reason.as_deref(), Some("graph capture failed: still unsure"));
+
+        // Not retried where told so (one process per GPU): a failure at once.
+        let mut m = CaptureManager::new("training step", 1, 1).retrying_unsure(false);
+        assert_eq!(m.run(&key(16), &mut Unsure), "eager");
+        assert!(m.is_disabled());
     }
 
     /// A computation whose check is always inconclusive.

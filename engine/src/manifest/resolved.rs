@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use super::LoadedManifest;
 
 /// The first line of a resolved manifest. Runs made before it kept the manifest file as given
@@ -13,20 +15,26 @@ use super::LoadedManifest;
 const MARK: &str = "# libreyolo-run: the resolved manifest of a run";
 
 impl LoadedManifest {
-    /// This manifest resolved, as TOML (see the module's doc).
-    pub fn resolved_text(&self) -> String {
+    /// This manifest resolved, as TOML (see the module's doc), for the run in `run_dir`: its
+    /// `project` and `name` are that folder's (`yolo9t2` when `yolo9t` was taken), so the file
+    /// names the run it belongs to.
+    pub fn resolved_text(&self, run_dir: &Path) -> anyhow::Result<String> {
         let mut m = self.manifest.clone();
         // What the run was, not how it was started: training this file again starts afresh.
         m.run.resume = false;
+        if let (Some(project), Some(name)) = (run_dir.parent(), run_dir.file_name()) {
+            m.run.project = absolute(project);
+            m.run.name = name.to_string_lossy().into_owned();
+        }
         m.data.dataset = m.data.dataset.as_deref().map(absolute);
         m.model.weights = m.model.weights.as_deref().map(absolute);
-        let given: Vec<&str> = self.source.overrides.iter().map(|o| o.arg.as_str()).collect();
+        let given: Vec<String> = self.source.overrides.iter().map(|o| o.arg.replace(['\n', '\r'], " ")).collect();
         let from = match given.is_empty() {
             true => self.source.path.display().to_string(),
             false => format!("{} with {}", self.source.path.display(), given.join(" ")),
         };
-        let body = toml::to_string_pretty(&m).expect("the manifest serializes");
-        format!("{MARK}\n# from {from}\n\n{body}")
+        let body = toml::to_string_pretty(&m).context("writing the resolved manifest (a path that is not UTF-8?)")?;
+        Ok(format!("{MARK}\n# from {from}\n\n{body}"))
     }
 }
 
@@ -61,7 +69,7 @@ mod tests {
             }
             let overrides = ["data=some/../some/data.yaml", "epochs=7", "stage.ema.capture=false", "resume=true"].map(String::from);
             let loaded = load(&path, &overrides).unwrap_or_else(|e| panic!("{}: {}", path.display(), e.render(false)));
-            let text = loaded.resolved_text();
+            let text = loaded.resolved_text(Path::new("runs/where/it2")).unwrap();
             assert!(is_resolved(&text) && text.contains("with data=some/../some/data.yaml epochs=7 stage.ema.capture=false resume=true"), "{text}");
             let saved = dir.path().join("manifest.toml");
             std::fs::write(&saved, &text).unwrap();
@@ -70,6 +78,7 @@ mod tests {
             expected.data.dataset = Some(std::path::absolute("some/data.yaml").unwrap());
             expected.model.weights = expected.model.weights.as_deref().map(absolute);
             expected.run.resume = false;
+            (expected.run.project, expected.run.name) = (absolute(Path::new("runs/where")), "it2".into());
             assert_eq!(format!("{:?}", again.manifest), format!("{expected:?}"), "{}", path.display());
             assert_eq!(again.manifest.run.epochs, 7);
             checked += 1;

@@ -422,13 +422,18 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let entry = stable_copies(&self.board, self.entry);
         let runs = one_graph::warmup_runs(attempt)?;
         let mut figures: Vec<Measured> = vec![];
-        let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures)?];
+        // A failed run leaves the state as it was saved (the trait's promise).
+        let undo = |e: String| {
+            restore(&writers, &saved);
+            e
+        };
+        let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures).map_err(undo)?];
         let started = std::time::Instant::now();
         let mut recorded = self.pass(&entry, &writers);
         if let Err(PassError::Window(refused)) = &recorded {
             log.push(format!("refused ({}); one more run", refused.replace('\n', " ")));
             restore(&writers, &saved);
-            log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures)?);
+            log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures).map_err(undo)?);
             recorded = self.pass(&entry, &writers);
         }
         log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
@@ -484,7 +489,8 @@ pub fn agree(eager: (f64, f64), again: Option<(f64, f64)>, replayed: (f64, f64),
         None => "one eager run, its spread unmeasured".to_string(),
     };
     let doubt = |e: String| {
-        let finite = eager.0.is_finite() == replayed.0.is_finite() && eager.1.is_finite() && replayed.1.is_finite();
+        let losses = (eager.0.is_nan() && replayed.0.is_nan()) || (eager.0.is_finite() && replayed.0.is_finite());
+        let finite = losses && eager.1.is_finite() && replayed.1.is_finite();
         if again.is_none() && finite { CaptureError::Unsure(e) } else { CaptureError::Failed(e) }
     };
     let again = again.unwrap_or(eager);
@@ -538,6 +544,8 @@ mod tests {
         assert!(matches!(agree((17.1, 2.385e5), None, (17.2, 2.385e5), "gradient"), Err(CaptureError::Unsure(_))));
         assert!(matches!(agree((17.1, 2.385e5), None, (17.1, f64::NAN), "gradient"), Err(CaptureError::Failed(_))));
         assert!(matches!(agree((17.1, 2.385e5), None, (f64::NAN, 2.385e5), "gradient"), Err(CaptureError::Failed(_))));
+        assert!(matches!(agree((f64::INFINITY, 2.385e5), None, (f64::INFINITY, 2.385e5), "gradient"), Err(CaptureError::Failed(_))));
+        assert!(matches!(agree((f64::NAN, 2.385e5), None, (f64::NAN, 2.6e5), "step"), Err(CaptureError::Unsure(_))));
         // Two references: a disagreement beyond their spread fails.
         assert!(matches!(agree((17.1, 2.385e5), Some((17.1, 2.385e5)), (17.1, 2.424e5), "gradient"), Err(CaptureError::Failed(_))));
         // Eager runs 1% apart (atomic reductions): 1.6% is within four times that spread.

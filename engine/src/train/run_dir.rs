@@ -54,11 +54,16 @@ pub fn resumed(loaded: LoadedManifest, overrides: &[String]) -> Result<LoadedMan
     if !run.resume {
         return Ok(loaded);
     }
-    let saved = run.project.join(&run.name).join("manifest.toml");
+    let (project, name) = (run.project.clone(), run.name.clone());
+    let saved = project.join(&name).join("manifest.toml");
     match std::fs::read_to_string(&saved) {
         Ok(text) if is_resolved(&text) => {
             eprintln!("resume: the settings of {} (the command line's overrides on top)", saved.display());
-            crate::manifest::load(&saved, overrides)
+            let mut resumed = crate::manifest::load(&saved, overrides)?;
+            // The run resumed is the one whose folder held the file (moved or not), and it is
+            // resumed whether `resume` came from the command line or the manifest given.
+            (resumed.manifest.run.project, resumed.manifest.run.name, resumed.manifest.run.resume) = (project, name, true);
+            Ok(resumed)
         }
         _ => Ok(loaded),
     }
@@ -117,7 +122,8 @@ impl RunDir {
 
     /// Writes the run's resolved manifest (atomically: a resumed run's other ranks may read it).
     pub fn write_manifest(&self, loaded: &LoadedManifest) -> anyhow::Result<()> {
-        libreyolo_families::weights::write_atomically(&self.path.join("manifest.toml"), loaded.resolved_text().as_bytes()).context("writing manifest.toml")
+        libreyolo_families::weights::write_atomically(&self.path.join("manifest.toml"), loaded.resolved_text(&self.path)?.as_bytes())
+            .context("writing manifest.toml")
     }
 
     /// Appends an epoch to `results.csv` (its validation columns named `metrics`) and

@@ -265,11 +265,10 @@ impl<'a> Trainer<'a> {
         }
         let stages = stages(loaded, dag, &model, &update, &precision, Rc::new(replica.clone()), &device)?;
         let core = Core::new(program, dag, stages, device.clone(), precision.compute, std::env::var_os(crate::capture::one_graph::SOFTWARE_ENV).is_some());
-        let graphs = core
-            .program
-            .region
-            .as_ref()
-            .map(|_| CaptureManager::new(&format!("training step {}", core.program.describe_region()), m.capture.threshold, m.capture.max_graphs as usize));
+        let graphs = core.program.region.as_ref().map(|_| {
+            CaptureManager::new(&format!("training step {}", core.program.describe_region()), m.capture.threshold, m.capture.max_graphs as usize)
+                .retrying_unsure(!replica.is_process())
+        });
         let mut exec = Executor::new(core, graphs);
         if exec.graphs.is_some() {
             // Every captured graph reads the parameters (validation's, the EMA weights) at the
