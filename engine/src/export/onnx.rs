@@ -247,7 +247,9 @@ impl Writer<'_> {
     /// A batch-dynamic reshape's target: a tensor that depends on the batch has it in the first
     /// axis of the recorded size's multiples, alone or merged with others (RT-DETR's attention
     /// folds (batch, heads) into one axis, and its queries gain a leading axis), written `-1`
-    /// for ONNX to infer; a tensor that does not keeps its recorded shape.
+    /// for ONNX to infer; a tensor that does not keeps its recorded shape. A layout whose batch
+    /// follows an axis of a multiple of 7 (sequence-first attention over a 7x7 map) would take
+    /// that axis instead: no family has one, and tests/export.rs runs each at batch 2.
     fn reshape_const(&mut self, input: &TensorIr, dims: &[usize]) -> anyhow::Result<String> {
         let mut shape: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         if self.batched.contains(&input.id) {
