@@ -75,7 +75,7 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
         let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));
         let graph = burn::tensor::capture(&self.device, closure);
         if !graph.is_hardware() && std::env::var_os(crate::capture::one_graph::SOFTWARE_ENV).is_none() {
-            return Err(CaptureError::Failed("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".into()));
+            return Err(CaptureError::Failed(super::NO_HARDWARE_GRAPH.into()));
         }
         Ok((ForwardGraph { input, graph }, None))
     }

@@ -62,6 +62,10 @@ pub struct ShapeKey {
     pub others: Vec<Vec<usize>>,
 }
 
+/// Why a capture fails where the backend records no hardware graph (and software graphs were
+/// not asked for).
+pub const NO_HARDWARE_GRAPH: &str = "the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)";
+
 /// What the manager asks of one capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempt {

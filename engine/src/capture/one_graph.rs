@@ -36,7 +36,7 @@ pub fn warmup_runs(attempt: Attempt) -> Result<usize, String> {
 
 /// Checks [`WARMUP_ENV`] at start-up, so a bad value fails before the first step.
 pub fn check_env() -> Result<(), String> {
-    parse_warmup_runs(std::env::var(WARMUP_ENV).ok().as_deref(), 0).map(drop)
+    warmup_runs(Attempt { prior_runs: 0, measure_spread: false }).map(drop)
 }
 
 fn parse_warmup_runs(value: Option<&str>, prior_runs: u32) -> Result<usize, String> {

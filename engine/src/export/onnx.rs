@@ -292,10 +292,9 @@ impl Writer<'_> {
         self.constant(TensorData::new(vec![v], [1_usize; 0]).convert_dtype(dtype))
     }
 
-    /// A shape as written: the recorded batch as ONNX Reshape's "keep this axis" (`0`).
+    /// A shape as recorded (a batch-dynamic reshape's is [`Self::reshape_const`]).
     fn shape_const(&mut self, dims: &[usize]) -> anyhow::Result<String> {
-        let dynamic = self.dynamic;
-        self.const_i64(dims.iter().enumerate().map(|(i, &d)| if dynamic && i == 0 && d == DYNAMIC_BATCH { 0 } else { d as i64 }).collect())
+        self.const_i64(ints(dims.iter().copied()))
     }
 
     fn unary(&mut self, op: &str, u: &UnaryOpIr) -> anyhow::Result<()> {
@@ -335,16 +334,21 @@ impl Writer<'_> {
         }
     }
 
-    /// `op(x, c)` with the scalar `c` in the operand's type (a comparison, Max, Min).
-    fn compare_scalar(&mut self, op: &str, s: &ScalarOpIr) -> anyhow::Result<()> {
+    /// `op(x, c)` with the scalar `c` written in `dtype`.
+    fn scalar_op(&mut self, op: &str, s: &ScalarOpIr, dtype: DType) -> anyhow::Result<()> {
         let x = self.input(&s.lhs)?;
-        let c = self.scalar(&s.rhs, s.lhs.dtype)?;
+        let c = self.scalar(&s.rhs, dtype)?;
         self.node(op, vec![x, c], &s.out, vec![]);
         Ok(())
     }
 
     fn cast(&mut self, input: &TensorIr, out: &TensorIr) -> anyhow::Result<()> {
         let x = self.input(input)?;
+        self.cast_named(x, out)
+    }
+
+    /// `out` as the value named `x` cast to its type.
+    fn cast_named(&mut self, x: String, out: &TensorIr) -> anyhow::Result<()> {
         let Some(to) = elem_type(out.dtype) else { bail!("no ONNX element type for {:?}", out.dtype) };
         self.node("Cast", vec![x], out, vec![("to", Attr::Int(to as i64))]);
         Ok(())
@@ -489,10 +493,7 @@ impl Writer<'_> {
                     N::DivScalar(_) => "Div",
                     _ => "Pow",
                 };
-                let x = self.input(&s.lhs)?;
-                let c = self.scalar(&s.rhs, dtype)?;
-                self.node(op, vec![x, c], &s.out, vec![]);
-                Ok(())
+                self.scalar_op(op, s, dtype)
             }
             N::SumDim(r) | N::MeanDim(r) | N::MaxDim(r) => self.reduce(n, &r.input, &[r.axis], &r.out),
             N::SumDims(r) => self.reduce(n, &r.input, &r.axes, &r.out),
@@ -500,13 +501,14 @@ impl Writer<'_> {
             N::GreaterEqual(b) => self.binary("GreaterOrEqual", b),
             N::Lower(b) => self.binary("Less", b),
             N::LowerEqual(b) => self.binary("LessOrEqual", b),
-            N::GreaterElem(s) => self.compare_scalar("Greater", s),
-            N::GreaterEqualElem(s) => self.compare_scalar("GreaterOrEqual", s),
-            N::LowerElem(s) => self.compare_scalar("Less", s),
-            N::LowerEqualElem(s) => self.compare_scalar("LessOrEqual", s),
+            // A comparison's or clamp's scalar is written in the operand's type.
+            N::GreaterElem(s) => self.scalar_op("Greater", s, s.lhs.dtype),
+            N::GreaterEqualElem(s) => self.scalar_op("GreaterOrEqual", s, s.lhs.dtype),
+            N::LowerElem(s) => self.scalar_op("Less", s, s.lhs.dtype),
+            N::LowerEqualElem(s) => self.scalar_op("LessOrEqual", s, s.lhs.dtype),
             // clamp_min / clamp_max: the larger / smaller of x and c.
-            N::ClampMin(s) => self.compare_scalar("Max", s),
-            N::ClampMax(s) => self.compare_scalar("Min", s),
+            N::ClampMin(s) => self.scalar_op("Max", s, s.lhs.dtype),
+            N::ClampMax(s) => self.scalar_op("Min", s, s.lhs.dtype),
             N::Neg(u) => self.unary("Neg", u),
             N::Abs(u) => self.unary("Abs", u),
             // Descending and sorted, as burn's top-k; ONNX's indices are int64.
@@ -517,11 +519,7 @@ impl Writer<'_> {
                 let indices = if t.out_indices.dtype == DType::I64 { self.name(&t.out_indices) } else { self.temp() };
                 let attrs = vec![("axis", Attr::Int(t.dim as i64)), ("largest", Attr::Int(1)), ("sorted", Attr::Int(1))];
                 self.node_named("TopK", vec![x, k], vec![values, indices.clone()], attrs);
-                if t.out_indices.dtype != DType::I64 {
-                    let Some(to) = elem_type(t.out_indices.dtype) else { bail!("no ONNX element type for {:?}", t.out_indices.dtype) };
-                    self.node("Cast", vec![indices], &t.out_indices, vec![("to", Attr::Int(to as i64))]);
-                }
-                Ok(())
+                if t.out_indices.dtype == DType::I64 { Ok(()) } else { self.cast_named(indices, &t.out_indices) }
             }
             N::Clamp(c) => {
                 let x = self.input(&c.tensor)?;
@@ -577,18 +575,19 @@ impl Writer<'_> {
     fn base(&mut self, b: &BaseOperationIr) -> anyhow::Result<()> {
         use BaseOperationIr as B;
         match b {
-            B::Reshape(r) | B::Expand(r) => {
+            B::Reshape(r) => {
                 let x = self.input(&r.input)?;
-                let dims = r.out.shape.as_slice().to_vec();
-                let shape = match b {
-                    B::Reshape(_) if self.dynamic => self.reshape_const(&r.input, &dims)?,
-                    _ => self.shape_const(&dims)?,
-                };
-                let op = if matches!(b, B::Reshape(_)) { "Reshape" } else { "Expand" };
-                if op == "Expand" && self.dynamic && dims.first() == Some(&DYNAMIC_BATCH) {
+                let dims = r.out.shape.as_slice();
+                let shape = if self.dynamic { self.reshape_const(&r.input, dims)? } else { self.shape_const(dims)? };
+                self.node("Reshape", vec![x, shape], &r.out, vec![]);
+            }
+            B::Expand(r) => {
+                let dims = r.out.shape.as_slice();
+                if self.dynamic && dims.first() == Some(&DYNAMIC_BATCH) {
                     bail!("export to ONNX: a broadcast over the batch axis cannot be written batch-dynamic; export with dynamic=false");
                 }
-                self.node(op, vec![x, shape], &r.out, vec![]);
+                let (x, shape) = (self.input(&r.input)?, self.shape_const(dims)?);
+                self.node("Expand", vec![x, shape], &r.out, vec![]);
             }
             B::SwapDims(s) => {
                 let x = self.input(&s.input)?;
@@ -614,7 +613,7 @@ impl Writer<'_> {
             }
             B::Cast(c) => self.cast(&c.input, &c.out)?,
             B::Equal(e) => self.binary("Equal", e)?,
-            B::EqualElem(s) => self.compare_scalar("Equal", s)?,
+            B::EqualElem(s) => self.scalar_op("Equal", s, s.lhs.dtype)?,
             B::RepeatDim(r) => {
                 if self.dynamic && r.dim == 0 {
                     bail!("export to ONNX: the network repeats the batch axis, which cannot be written batch-dynamic; export with dynamic=false");

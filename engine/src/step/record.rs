@@ -443,7 +443,7 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let recorded = recorded.map_err(|(PassError::Window(e) | PassError::Other(e))| e)?;
         let mut g = RegionGraphs { entry, recorded };
         if !g.is_hardware() && !self.core.allow_software {
-            return Err(CaptureError::Failed("the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)".to_string()));
+            return Err(CaptureError::Failed(crate::capture::NO_HARDWARE_GRAPH.into()));
         }
         // The check: one replay from the saved state on this batch against the warm-up runs.
         // The last two warm-up runs (or the only one) are the check's eager references.
