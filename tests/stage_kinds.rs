@@ -4,6 +4,7 @@
 //! differentiable stage between the loss and the backward, so the program's autodiff seam runs
 //! through it wherever the capture marks put it.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -44,6 +45,24 @@ const fn scale_kind<const K1000: u32>(name: &'static str) -> Kind {
 static SCALE_ONE: Kind = scale_kind::<1000>("toy.scale_one");
 static SCALE_HALF: Kind = scale_kind::<500>("toy.scale_half");
 
+/// The loss, then twice the loss from the stage's fourth run on: a stage with state it does not
+/// declare (`Stage::state`), which a capture can neither save nor put back. Its warm-up runs
+/// agree, its replay does not.
+struct Drifts(Cell<u32>);
+
+impl Stage for Drifts {
+    fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
+        let loss = io.loss(0)?;
+        self.0.set(self.0.get() + 1);
+        let k = if self.0.get() >= 4 { 2.0 } else { 1.0 };
+        io.output(0, Value::Loss(LossTerms { total: loss.total.mul_scalar(k), parts: loss.parts }));
+        Ok(())
+    }
+}
+
+static DRIFTS: Kind =
+    Kind { name: "toy.drifts", summary: "doubles the loss from its fourth run on", build: |_| Ok(Rc::new(Drifts(Cell::new(0)))), ..scale_kind::<1000>("") };
+
 fn project_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -71,6 +90,16 @@ fn manifest_with(dir: &Path, kind: Option<&str>) -> PathBuf {
 /// One epoch at 64 px on the CPU; the checkpoint's bytes. With capture marks, the step's region
 /// must have been captured once and replayed for the rest of the epoch.
 fn train(dir: &Path, kind: Option<&str>, name: &str, marks: &[&str]) -> Vec<u8> {
+    let summary = train_summary(dir, kind, name, marks);
+    if let Some(info) = summary.capture {
+        assert!(info.fallback_reason.is_none(), "{name}: {:?}", info.fallback_reason);
+        assert_eq!(info.captured.len(), 1, "{name}: {info:?}");
+        assert_eq!(info.captured[0].replays, 7, "{name}: 8 steps, the first eager, the second captured: {info:?}");
+    }
+    std::fs::read(summary.run_dir.join("weights/last.safetensors")).unwrap()
+}
+
+fn train_summary(dir: &Path, kind: Option<&str>, name: &str, marks: &[&str]) -> libreyolo_run::train::TrainSummary {
     // Eager unless `marks` ask for graphs (the shipped `auto` would capture on software graphs).
     let mut overrides: Vec<String> =
         ["cuda_graph=false", "epochs=1", "imgsz=64", "batch=16", "device=cpu", "workers=2", "val=false", "exist_ok=true"].map(String::from).to_vec();
@@ -79,17 +108,12 @@ fn train(dir: &Path, kind: Option<&str>, name: &str, marks: &[&str]) -> Vec<u8> 
     overrides.push(format!("name={name}"));
     overrides.extend(marks.iter().map(|m| m.to_string()));
     let loaded = libreyolo_run::manifest::load(&manifest_with(dir, kind), &overrides).unwrap_or_else(|d| panic!("{}", d.render(false)));
-    let registry = builtin().with(&SCALE_ONE).with(&SCALE_HALF);
+    let registry = builtin().with(&SCALE_ONE).with(&SCALE_HALF).with(&DRIFTS);
     let dag = StepDag::build_with(&loaded, &registry).unwrap_or_else(|d| panic!("{}", d.render(false)));
     let cpu = ResolvedDevice { backend: Backend::Cpu, ids: vec![], reason: "device=cpu".into() };
     let summary = libreyolo_run::train::train(&loaded, &dag, &cpu).unwrap();
     assert_eq!(summary.epochs_run, 1);
-    if let Some(info) = summary.capture {
-        assert!(info.fallback_reason.is_none(), "{name}: {:?}", info.fallback_reason);
-        assert_eq!(info.captured.len(), 1, "{name}: {info:?}");
-        assert_eq!(info.captured[0].replays, 7, "{name}: 8 steps, the first eager, the second captured: {info:?}");
-    }
-    std::fs::read(summary.run_dir.join("weights/last.safetensors")).unwrap()
+    summary
 }
 
 #[test]
@@ -111,4 +135,14 @@ fn a_stage_kind_from_a_test_runs_eager_and_inside_captured_segments() {
     assert!(half != plain, "halving the loss changed nothing");
     assert!(train(dir.path(), Some("toy.scale_half"), "half-inside", &inside) == half);
     assert!(train(dir.path(), Some("toy.scale_half"), "half-between", &graphs) == half);
+    // A stage whose replay computes something else than its eager runs: the check refuses the
+    // graph, names the state tensors the replay left furthest from eager, and training goes on.
+    // Captured on the first step: two warm-up runs (the stage's first two), the recording (its
+    // third), the checked replay (its fourth, doubled).
+    let first = ["cuda_graph=true", "capture.threshold=1", "stage.scale.capture=true"];
+    let drifts = train_summary(dir.path(), Some("toy.drifts"), "drifts", &first);
+    let info = format!("{:?}", drifts.capture);
+    let why = drifts.capture.and_then(|c| c.fallback_reason).unwrap_or_else(|| panic!("the check let a replay that differs from eager stand: {info}"));
+    assert!(why.contains("differs from eager") && why.contains("furthest apart: optimizer #"), "{why}");
+    assert!(drifts.run_dir.join("weights/last.safetensors").exists());
 }

@@ -250,9 +250,47 @@ impl RegionOps<'_> {
         self.core.run_items(self.items(), board, &Tapes::new(self.core.program.pieces), true, drain, self.step)
     }
 
-    /// `n` warm-up runs of the region from the saved state, each measured into `figures`;
-    /// returns their times for the log.
-    fn warm_up(&self, n: usize, entry: &[(Slot, Value)], writers: &[Rc<dyn Stage>], saved: &[Saved], figures: &mut Vec<Measured>) -> Result<String, String> {
+    /// Which state tensors `now` (the state after a replay) holds furthest from `eager` (the
+    /// state after an eager run of the same step), relative to their size: for a refused check,
+    /// e.g. `optimizer #812 4.1e-2`, the writer by its phase and the tensor by its place in that
+    /// writer's state (the order of `Stage::state`).
+    fn furthest_apart(&self, writers: &[Rc<dyn Stage>], eager: &[Saved]) -> String {
+        let names = self.core.writer_names(self.items());
+        let mut it = eager.iter();
+        let (mut rel, mut place): (Vec<Tensor<1>>, Vec<(usize, usize)>) = (vec![], vec![]);
+        for (w, s) in writers.iter().enumerate() {
+            let mut k = 0;
+            s.state(&mut |t| {
+                let was = it.next().expect("compared in the order saved");
+                let now = match t {
+                    StateMut::Any(now) => now.clone(),
+                    StateMut::Vector(now) => AnyTensor::R1(now.clone()),
+                };
+                rel.push(now.squared_distance(was).div(was.sum_squares().clamp_min(1e-30)).sqrt());
+                place.push((w, k));
+                k += 1;
+            });
+        }
+        if rel.is_empty() {
+            return "(no state)".into();
+        }
+        let rel: Vec<f64> = Tensor::cat(rel, 0).into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
+        let mut order: Vec<usize> = (0..rel.len()).collect();
+        order.sort_by(|&a, &b| rel[b].total_cmp(&rel[a]));
+        order.iter().take(6).map(|&i| format!("{} #{} {:.1e}", names[place[i].0], place[i].1, rel[i])).collect::<Vec<_>>().join(", ")
+    }
+
+    /// `n` warm-up runs of the region from the saved state, each measured into `figures`, the
+    /// state the last one left copied into `last`; returns their times for the log.
+    fn warm_up(
+        &self,
+        n: usize,
+        entry: &[(Slot, Value)],
+        writers: &[Rc<dyn Stage>],
+        saved: &[Saved],
+        figures: &mut Vec<Measured>,
+        last: &mut Vec<Saved>,
+    ) -> Result<String, String> {
         // Allocations from here on come from the pool the first window records into (burn's
         // `capture` prepares before its warm-up too).
         let _ = Dispatch::graph_prepare(self.core.device.as_dispatch());
@@ -264,6 +302,7 @@ impl RegionOps<'_> {
             self.run_eager(&mut b, true).map_err(|e| format!("{e:#}"))?;
             let _ = self.core.device.sync();
             figures.push(self.measure(&b, writers, saved));
+            *last = snapshot(writers);
             // Dropped once the device drained: the lazy fusion backend would skip its kernels.
             drop(b);
             restore(writers, saved);
@@ -422,18 +461,20 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let entry = stable_copies(&self.board, self.entry);
         let runs = one_graph::warmup_runs(attempt)?;
         let mut figures: Vec<Measured> = vec![];
+        // The state after the last warm-up run: what a refused check names its furthest tensors against.
+        let mut after_eager: Vec<Saved> = vec![];
         // A failed run leaves the state as it was saved (the trait's promise).
         let undo = |e: String| {
             restore(&writers, &saved);
             e
         };
-        let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures).map_err(undo)?];
+        let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures, &mut after_eager).map_err(undo)?];
         let started = std::time::Instant::now();
         let mut recorded = self.pass(&entry, &writers);
         if let Err(PassError::Window(refused)) = &recorded {
             log.push(format!("refused ({}); one more run", refused.replace('\n', " ")));
             restore(&writers, &saved);
-            log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures).map_err(undo)?);
+            log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures, &mut after_eager).map_err(undo)?);
             recorded = self.pass(&entry, &writers);
         }
         log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
@@ -455,7 +496,10 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let checked = self.replay_on(&mut g).map_err(CaptureError::Failed).and_then(|out| {
             let replayed = self.measure(&out, &writers, &saved);
             tracing::debug!("cuda_graph: the check by part, eager -> replayed: {}", self.by_part(&reference, &replayed));
-            let by_part = |e: String| format!("{e}; by part, eager -> replayed: {}", self.by_part(&reference, &replayed));
+            let by_part = |e: String| {
+                let apart = self.furthest_apart(&writers, &after_eager);
+                format!("{e}; by part, eager -> replayed: {}; furthest apart: {apart}", self.by_part(&reference, &replayed))
+            };
             agree(reference.pair(), again, replayed.pair(), "step's result").map_err(|e| e.map(by_part)).map(|()| out)
         });
         let _ = self.core.device.sync();
