@@ -184,6 +184,11 @@ pub trait Stage {
     /// Every device tensor this stage writes in place (to snapshot and restore around a
     /// capture's warm-up runs), in a fixed order.
     fn state(&self, _visit: &mut dyn FnMut(StateMut<'_>)) {}
+    /// The names of [`state`](Self::state)'s tensors, in its order, for diagnostics (a refused
+    /// capture names the tensors its replay moved differently); empty where unnamed.
+    fn state_names(&self) -> Vec<String> {
+        vec![]
+    }
 }
 
 /// A state tensor, borrowed mutably: one of the store's, or an optimizer's or loss scale's

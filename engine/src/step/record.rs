@@ -250,23 +250,28 @@ impl RegionOps<'_> {
         self.core.run_items(self.items(), board, &Tapes::new(self.core.program.pieces), true, drain, self.step)
     }
 
-    /// Which state tensors `now` (the state after a replay) holds furthest from `eager` (the
-    /// state after an eager run of the same step), relative to their size: for a refused check,
-    /// e.g. `optimizer #812 4.1e-2`, the writer by its phase and the tensor by its place in that
-    /// writer's state (the order of `Stage::state`).
-    fn furthest_apart(&self, writers: &[Rc<dyn Stage>], eager: &[Saved]) -> String {
+    /// Which state tensors the replay moved furthest from where an eager run of the same step
+    /// moved them: `|replayed - eager| / |eager - before|` per tensor (the norms' squares summed
+    /// with a millionth of `|eager|`'s under the root), with `eager` the state
+    /// after the last warm-up run and `before` the state saved before the step. For a refused
+    /// check, e.g. `optimizer head.cv3.0.weight 4.1e-2`: the writer by its phase and the tensor
+    /// by its name (`Stage::state_names`; else `#k`, its place in the writer's state).
+    fn furthest_apart(&self, writers: &[Rc<dyn Stage>], eager: &[Saved], before: &[Saved]) -> String {
         let names = self.core.writer_names(self.items());
-        let mut it = eager.iter();
+        let mut it = eager.iter().zip(before);
         let (mut rel, mut place): (Vec<Tensor<1>>, Vec<(usize, usize)>) = (vec![], vec![]);
         for (w, s) in writers.iter().enumerate() {
             let mut k = 0;
             s.state(&mut |t| {
-                let was = it.next().expect("compared in the order saved");
+                let (eager, before) = it.next().expect("compared in the order saved");
                 let now = match t {
                     StateMut::Any(now) => now.clone(),
                     StateMut::Vector(now) => AnyTensor::R1(now.clone()),
                 };
-                rel.push(now.squared_distance(was).div(was.sum_squares().clamp_min(1e-30)).sqrt());
+                // A tensor the step barely moved (a gradient near zero) is measured against a
+                // thousandth of its size instead, so rounding does not top the list.
+                let moved = eager.squared_distance(before).add(eager.sum_squares().mul_scalar(1e-6)).clamp_min(1e-30);
+                rel.push(now.squared_distance(eager).div(moved).sqrt());
                 place.push((w, k));
                 k += 1;
             });
@@ -275,9 +280,11 @@ impl RegionOps<'_> {
             return "(no state)".into();
         }
         let rel: Vec<f64> = Tensor::cat(rel, 0).into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
+        let tensor_names: Vec<Vec<String>> = writers.iter().map(|s| s.state_names()).collect();
+        let name = |(w, k): (usize, usize)| tensor_names[w].get(k).cloned().unwrap_or_else(|| format!("#{k}"));
         let mut order: Vec<usize> = (0..rel.len()).collect();
         order.sort_by(|&a, &b| rel[b].total_cmp(&rel[a]));
-        order.iter().take(6).map(|&i| format!("{} #{} {:.1e}", names[place[i].0], place[i].1, rel[i])).collect::<Vec<_>>().join(", ")
+        order.iter().take(6).map(|&i| format!("{} {} {:.1e}", names[place[i].0], name(place[i]), rel[i])).collect::<Vec<_>>().join(", ")
     }
 
     /// `n` warm-up runs of the region from the saved state, each measured into `figures`, the
@@ -497,7 +504,7 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
             let replayed = self.measure(&out, &writers, &saved);
             tracing::debug!("cuda_graph: the check by part, eager -> replayed: {}", self.by_part(&reference, &replayed));
             let by_part = |e: String| {
-                let apart = self.furthest_apart(&writers, &after_eager);
+                let apart = self.furthest_apart(&writers, &after_eager, &saved);
                 format!("{e}; by part, eager -> replayed: {}; furthest apart: {apart}", self.by_part(&reference, &replayed))
             };
             agree(reference.pair(), again, replayed.pair(), "step's result").map_err(|e| e.map(by_part)).map(|()| out)

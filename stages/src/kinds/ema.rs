@@ -50,4 +50,9 @@ impl Stage for EmaStage {
             ema.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(StateMut::Any(t)));
         }
     }
+
+    fn state_names(&self) -> Vec<String> {
+        let Some(ema) = &self.update.ema else { return vec![] };
+        super::network_backward::float_names(&ema.borrow().store, |_| true)
+    }
 }

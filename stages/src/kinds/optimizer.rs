@@ -93,6 +93,17 @@ impl Stage for OptimizerStage {
             s.borrow_mut().tensors_mut().into_iter().for_each(|t| visit(StateMut::Vector(t)));
         }
     }
+
+    /// The parameters by name; the optimizer's and the loss scale's vectors by their place.
+    fn state_names(&self) -> Vec<String> {
+        let mut names = super::network_backward::float_names(&self.params.borrow(), |r| r.is_trainable());
+        let vectors = self.update.optim.borrow_mut().tensors_mut().len();
+        names.extend((0..vectors).map(|k| format!("optimizer vector {k}")));
+        if let Some(s) = &self.scaler {
+            names.extend((0..s.borrow_mut().tensors_mut().len()).map(|k| format!("loss scale {k}")));
+        }
+        names
+    }
 }
 
 /// A state tensor as saved: a copy in a buffer of its own.
