@@ -12,6 +12,10 @@
 //!   reference, its spread unmeasured) runs that step eager and captures again on the shape's
 //!   next run, with two references ([`CaptureError::Unsure`]). `invalidate` drops every graph and resets the counts, so capture
 //!   happens again at the threshold.
+//! * Replicas of a data-parallel run capture together: each checks its own shard, and the
+//!   worst outcome of all decides for every one ([`CaptureManager::agreeing`]), so that no
+//!   replica replays a graph while another runs the step eager (their collectives would no
+//!   longer pair up).
 //!
 //! What a graph is and how it runs is the caller's [`GraphOps`]: the real one records burn
 //! graphs on CUDA ([`forward`]); the tests inject failures through their own.
@@ -106,6 +110,19 @@ impl std::fmt::Display for CaptureError {
     }
 }
 
+/// How a capture ended on one replica, best first: the replicas of a data-parallel run go by
+/// the worst of theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Captured,
+    Unsure,
+    Failed,
+}
+
+/// The worst verdict over every replica, from this one's (each replica calls it at the same
+/// point of the same step).
+pub type Agreement = Box<dyn Fn(Verdict) -> Verdict>;
+
 impl From<String> for CaptureError {
     fn from(e: String) -> Self {
         CaptureError::Failed(e)
@@ -123,6 +140,11 @@ pub trait GraphOps<G, T> {
     fn capture(&mut self, attempt: Attempt) -> Result<(G, Option<T>), CaptureError>;
     /// Writes the current input into the graph's stable buffers and replays it.
     fn replay(&mut self, graph: &mut G) -> Result<T, String>;
+    /// A capture that held here but not on another replica: undoes what the capture's checked
+    /// replay did to the state (the step then runs eager), and drops the graph.
+    fn discard(&mut self, graph: G) {
+        drop(graph);
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -152,8 +174,8 @@ pub struct CaptureManager<G> {
     /// Shapes whose capture was [`CaptureError::Unsure`] once: the next is checked against two
     /// eager references, and a second doubt fails.
     unsure: HashSet<ShapeKey>,
-    /// Whether an unsure capture is tried again ([`Self::retrying_unsure`]).
-    retry_unsure: bool,
+    /// The other replicas' say ([`Self::agreeing`]); `None` when training alone.
+    agree: Option<Agreement>,
     graphs: Vec<(ShapeKey, G, u64)>,
     disabled: Option<String>,
     eager_runs: u64,
@@ -170,7 +192,7 @@ impl<G> CaptureManager<G> {
             max_graphs: max_graphs.max(1),
             seen: HashMap::new(),
             unsure: HashSet::new(),
-            retry_unsure: true,
+            agree: None,
             graphs: vec![],
             disabled: None,
             eager_runs: 0,
@@ -179,12 +201,37 @@ impl<G> CaptureManager<G> {
         }
     }
 
-    /// Whether an unsure capture runs its step eager and is tried again (the default), or fails
-    /// like any other. One process per GPU turns it off: each process checks its own shard, so
-    /// one could retry while another replays, and their collectives would no longer pair up.
-    pub fn retrying_unsure(mut self, on: bool) -> Self {
-        self.retry_unsure = on;
+    /// Each capture's outcome agreed with the other replicas: the step is a graph on every
+    /// replica or on none (a replica whose capture held discards it when another's failed), and
+    /// an inconclusive check anywhere is retried everywhere.
+    pub fn agreeing(mut self, agreement: Option<Agreement>) -> Self {
+        self.agree = agreement;
         self
+    }
+
+    /// `ops.capture(attempt)`, its outcome agreed with the other replicas: a graph that held
+    /// here is discarded when another replica's capture did not.
+    fn capture_agreed<T>(&self, attempt: Attempt, ops: &mut impl GraphOps<G, T>) -> Result<(G, Option<T>), CaptureError> {
+        let result = ops.capture(attempt);
+        let Some(agree) = &self.agree else { return result };
+        let mine = match &result {
+            Ok(_) => Verdict::Captured,
+            Err(CaptureError::Unsure(_)) => Verdict::Unsure,
+            Err(CaptureError::Failed(_)) => Verdict::Failed,
+        };
+        match (agree(mine), result) {
+            (Verdict::Captured, result) => result,
+            (all, Ok((graph, _))) => {
+                ops.discard(graph);
+                Err(if all == Verdict::Unsure {
+                    CaptureError::Unsure("it held on this GPU, but another GPU's check was inconclusive".into())
+                } else {
+                    CaptureError::Failed("it held on this GPU, but another GPU's capture failed".into())
+                })
+            }
+            (Verdict::Failed, Err(CaptureError::Unsure(e))) => Err(CaptureError::Failed(format!("{e}; another GPU's capture failed"))),
+            (_, result) => result,
+        }
     }
 
     /// A manager that never captures, with the reason (logged once by the caller).
@@ -231,7 +278,7 @@ impl<G> CaptureManager<G> {
             } else {
                 let started = std::time::Instant::now();
                 let attempt = Attempt { prior_runs, measure_spread: self.unsure.contains(key) };
-                match ops.capture(attempt) {
+                match self.capture_agreed(attempt, ops) {
                     Ok((mut graph, replayed)) => {
                         // The time is the capture's share of the warm-up (docs/history/).
                         tracing::info!(
@@ -249,7 +296,7 @@ impl<G> CaptureManager<G> {
                             Err(e) => self.disable(format!("first graph replay failed: {e}")),
                         }
                     }
-                    Err(CaptureError::Unsure(e)) if !attempt.measure_spread && self.retry_unsure => {
+                    Err(CaptureError::Unsure(e)) if !attempt.measure_spread => {
                         tracing::info!(
                             "cuda_graph: {}'s check at input shape {:?} was inconclusive ({e}); this step runs eager, the next captures again against two eager runs",
                             self.what,
@@ -354,6 +401,8 @@ mod tests {
         replays_in_check: bool,
         prior_runs: Vec<u32>,
         attempts: Vec<Attempt>,
+        /// Graphs that held here and were dropped because another replica's did not.
+        discarded: Vec<u32>,
     }
 
     impl GraphOps<u32, &'static str> for Injected {
@@ -383,6 +432,9 @@ mod tests {
             }
             self.replays += 1;
             Ok("replay")
+        }
+        fn discard(&mut self, graph: u32) {
+            self.discarded.push(graph);
         }
     }
 
@@ -452,11 +504,45 @@ mod tests {
         let runs: Vec<_> = (0..3).map(|_| m.run(&key(16), &mut Unsure)).collect();
         assert_eq!(runs, ["eager", "eager", "eager"]);
         assert_eq!(m.info().fallback_reason.as_deref(), Some("graph capture failed: still unsure"));
+    }
 
-        // Not retried where told so (one process per GPU): a failure at once.
-        let mut m = CaptureManager::new("training step", 1, 1).retrying_unsure(false);
+    /// The other replicas' outcome, fixed: what a data-parallel peer answers.
+    fn peers(theirs: Verdict) -> Option<Agreement> {
+        Some(Box::new(move |mine: Verdict| mine.max(theirs)))
+    }
+
+    /// Data-parallel replicas capture together: a graph that held here is discarded when a
+    /// peer's capture failed (every replica runs that step, and the rest, eager), and retried
+    /// with every replica when a peer's check was inconclusive.
+    #[test]
+    fn replicas_go_by_the_worst_capture_of_them_all() {
+        let mut m = CaptureManager::new("training step", 1, 1).agreeing(peers(Verdict::Failed));
+        let mut ops = Injected { replays_in_check: true, ..Default::default() };
+        let runs: Vec<_> = (0..3).map(|_| m.run(&key(16), &mut ops)).collect();
+        assert_eq!(runs, ["eager", "eager", "eager"], "the checked replay is not the step's result");
+        assert_eq!((ops.captures, ops.discarded.as_slice()), (1, &[1][..]));
+        assert_eq!(m.info().fallback_reason.as_deref(), Some("graph capture failed: it held on this GPU, but another GPU's capture failed"));
+
+        // A peer unsure once: this replica's graph is discarded too, and all capture again.
+        let unsure_once = std::cell::Cell::new(true);
+        let agreement: Agreement = Box::new(move |mine: Verdict| mine.max(if unsure_once.replace(false) { Verdict::Unsure } else { Verdict::Captured }));
+        let mut m = CaptureManager::new("training step", 1, 1).agreeing(Some(agreement));
+        let mut ops = Injected { replays_in_check: true, ..Default::default() };
+        let runs: Vec<_> = (0..3).map(|_| m.run(&key(16), &mut ops)).collect();
+        assert_eq!(runs, ["eager", "checked replay", "replay"]);
+        assert_eq!(ops.attempts.iter().map(|a| a.measure_spread).collect::<Vec<_>>(), [false, true]);
+        assert_eq!(ops.discarded, [1]);
+
+        // This replica unsure, a peer failed: a failure here too, not a retry.
+        let mut m = CaptureManager::new("training step", 1, 1).agreeing(peers(Verdict::Failed));
         assert_eq!(m.run(&key(16), &mut Unsure), "eager");
-        assert!(m.is_disabled());
+        assert_eq!(m.info().fallback_reason.as_deref(), Some("graph capture failed: still unsure; another GPU's capture failed"));
+
+        // Peers that captured too change nothing.
+        let mut m = CaptureManager::new("training step", 1, 1).agreeing(peers(Verdict::Captured));
+        let mut ops = Injected { replays_in_check: true, ..Default::default() };
+        assert_eq!([m.run(&key(16), &mut ops), m.run(&key(16), &mut ops)], ["checked replay", "replay"]);
+        assert!(ops.discarded.is_empty());
     }
 
     /// A computation whose check is always inconclusive.

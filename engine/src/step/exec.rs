@@ -85,7 +85,7 @@ impl Executor {
                 probe.enter("captured");
                 let key = self.core.key(&board, &self.entry);
                 let before = graphs.replays();
-                let mut ops = super::record::RegionOps { core: &self.core, board: board.clone(), entry: &self.entry, step };
+                let mut ops = super::record::RegionOps::new(&self.core, board.clone(), &self.entry, step);
                 board = graphs.run(&key, &mut ops).map_err(|e| anyhow::anyhow!("{e}"))?;
                 replayed = graphs.replays() > before;
                 if replayed {

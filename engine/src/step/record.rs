@@ -62,11 +62,20 @@ impl RegionGraphs {
 
 /// One run of the region on this step's values.
 pub struct RegionOps<'a> {
-    pub core: &'a Core,
+    core: &'a Core,
     /// The step's values on entering the region.
-    pub board: Board,
-    pub entry: &'a [Slot],
-    pub step: StepInfo,
+    board: Board,
+    entry: &'a [Slot],
+    step: StepInfo,
+    /// The state before a capture whose checked replay stands as this step's result, until the
+    /// other replicas agree ([`GraphOps::discard`] puts it back).
+    before: Option<Vec<Saved>>,
+}
+
+impl<'a> RegionOps<'a> {
+    pub fn new(core: &'a Core, board: Board, entry: &'a [Slot], step: StepInfo) -> Self {
+        Self { core, board, entry, step, before: None }
+    }
 }
 
 /// What one run of the region produced ([`RegionOps::measure`]).
@@ -511,7 +520,10 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         });
         let _ = self.core.device.sync();
         match checked {
-            Ok(out) => Ok((g, Some(Ok(out)))),
+            Ok(out) => {
+                self.before = Some(saved);
+                Ok((g, Some(Ok(out))))
+            }
             Err(e) => {
                 restore(&writers, &saved);
                 Err(e)
@@ -521,6 +533,14 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
 
     fn replay(&mut self, g: &mut RegionGraphs) -> Result<Result<Board, String>, String> {
         self.replay_on(g).map(Ok)
+    }
+
+    fn discard(&mut self, g: RegionGraphs) {
+        let _ = self.core.device.sync();
+        if let Some(before) = self.before.take() {
+            restore(&self.writers(), &before);
+        }
+        drop(g);
     }
 }
 

@@ -16,6 +16,8 @@ use burn::tensor::distributed::{ReduceOperation, all_reduce};
 use burn::tensor::{Device, Tensor};
 use libreyolo_families::{ParamId, ParamStore};
 
+use crate::capture::{Agreement, Verdict};
+
 /// What the replicas of one run share on the host.
 pub struct Shared {
     barrier: Barrier,
@@ -26,6 +28,8 @@ pub struct Shared {
     stop_after_epoch: AtomicBool,
     /// A replica failed: the others stop at their next check.
     failed: AtomicBool,
+    /// The worst capture verdict cast so far in the current agreement ([`Replica::capture_agreement`]).
+    verdict: AtomicUsize,
     /// The run directory, created by rank 0.
     run_dir: OnceLock<std::path::PathBuf>,
     /// Per rank: steps finished, and when the last one finished (ms since `started`).
@@ -99,6 +103,7 @@ impl Replica {
             stop_at: AtomicUsize::new(usize::MAX),
             stop_after_epoch: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            verdict: AtomicUsize::new(Verdict::Captured as usize),
             run_dir: OnceLock::new(),
             progress: (0..threads).map(|_| (AtomicUsize::new(0), AtomicUsize::new(0))).collect(),
             started: Instant::now(),
@@ -218,6 +223,40 @@ impl Replica {
         let ballot = Tensor::<1>::from_floats([if yes { 1.0 } else { 0.0 }], self.device());
         let total = all_reduce(ballot, ReduceOperation::Sum, devices.to_vec()).resolve();
         total.into_data().convert::<f32>().try_to_vec::<f32>().map(|v| v[0] > 0.5).unwrap_or(true)
+    }
+
+    /// The capture manager's agreement: the worst capture verdict over every replica, each
+    /// casting its own at the same point of the same step; `None` when training alone.
+    pub fn capture_agreement(&self) -> Option<Agreement> {
+        if self.world() == 1 {
+            return None;
+        }
+        let me = self.clone();
+        Some(Box::new(move |mine| me.worst_verdict(mine)))
+    }
+
+    fn worst_verdict(&self, mine: Verdict) -> Verdict {
+        if self.peers == Peers::Processes {
+            // Every process casts both votes: any failure, else any doubt.
+            let failed = self.vote(mine == Verdict::Failed);
+            let unsure = self.vote(mine == Verdict::Unsure);
+            return if failed {
+                Verdict::Failed
+            } else if unsure {
+                Verdict::Unsure
+            } else {
+                Verdict::Captured
+            };
+        }
+        self.shared.verdict.fetch_max(mine as usize, Ordering::SeqCst);
+        self.barrier();
+        let worst = self.shared.verdict.load(Ordering::SeqCst);
+        self.barrier(); // nobody resets it before everyone has read it
+        if self.local == 0 {
+            self.shared.verdict.store(Verdict::Captured as usize, Ordering::SeqCst);
+        }
+        self.barrier(); // nobody casts the next before the reset
+        [Verdict::Captured, Verdict::Unsure, Verdict::Failed][worst]
     }
 
     /// Rank 0 publishes the run directory; the others read it after [`barrier`](Self::barrier).
@@ -445,6 +484,23 @@ mod tests {
         assert!(line.contains("steps finished: 0"), "{line}");
         r[0].step_done();
         assert_eq!(r[0].shared.stalled(Duration::from_secs(5)), None);
+    }
+
+    #[test]
+    fn every_replica_goes_by_the_worst_capture() {
+        assert!(replicas(1)[0].capture_agreement().is_none(), "alone, nothing to agree");
+        let seen = std::sync::Mutex::new(vec![]);
+        run(replicas(3), FAILURE_GRACE, |r| {
+            let agree = r.capture_agreement().expect("three replicas agree");
+            let first = agree([Verdict::Captured, Verdict::Unsure, Verdict::Captured][r.rank]);
+            let second = agree(if r.rank == 2 { Verdict::Failed } else { Verdict::Captured });
+            let third = agree(Verdict::Captured);
+            seen.lock().unwrap().push((first, second, third));
+            Ok(())
+        })
+        .unwrap();
+        // Every replica the same, and each agreement starts afresh.
+        assert_eq!(seen.into_inner().unwrap(), [(Verdict::Unsure, Verdict::Failed, Verdict::Captured); 3]);
     }
 
     #[test]

@@ -267,7 +267,7 @@ impl<'a> Trainer<'a> {
         let core = Core::new(program, dag, stages, device.clone(), precision.compute, std::env::var_os(crate::capture::one_graph::SOFTWARE_ENV).is_some());
         let graphs = core.program.region.as_ref().map(|_| {
             CaptureManager::new(&format!("training step {}", core.program.describe_region()), m.capture.threshold, m.capture.max_graphs as usize)
-                .retrying_unsure(!replica.is_process())
+                .agreeing(replica.capture_agreement())
         });
         let mut exec = Executor::new(core, graphs);
         if exec.graphs.is_some() {
