@@ -81,6 +81,23 @@ fn manifest_errors_exit_2_with_one_report() {
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr.contains("cannot read manifest `does/not/exist.toml`"), "{stderr}");
+
+    // A dataset that cannot be read, found when training starts: the same one report, at `data=`.
+    let dir = tempfile::tempdir().unwrap();
+    let out =
+        run(&["manifests/yolo9t.toml", &format!("data={}", dir.path().display()), "device=cpu", "epochs=1", &format!("project={}", dir.path().display())]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("error").count(), 1, "{stderr}");
+    assert!(stderr.contains("needs a `train/` folder") && stderr.contains("command line"), "{stderr}");
+
+    // A dataset of the other task, before any split is scanned or any run directory made.
+    let out = run(&["manifests/resnet18.toml", &coco128(), "device=cpu", "epochs=1", &format!("project={}", dir.path().display())]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("error").count(), 1, "{stderr}");
+    assert!(stderr.contains("this network classifies images, but the dataset") && stderr.contains("command line"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing written");
 }
 
 #[test]

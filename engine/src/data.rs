@@ -60,21 +60,22 @@ pub fn open(loaded: &LoadedManifest, cfg: &DatasetConfig, split: Split) -> Resul
     opened.map_err(|e| loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, e.to_string()))
 }
 
-/// An error unless the dataset's layout is what `task` trains on: a classifier reads an
-/// ImageFolder directory, a detector a YOLO dataset YAML.
-pub fn check_layout(cfg: &DatasetConfig, task: crate::train::validate::Task) -> anyhow::Result<()> {
+/// An error at `data.dataset` unless the dataset's layout is what `task` trains on: a
+/// classifier reads an ImageFolder directory, a detector a YOLO dataset YAML.
+pub fn check_layout(loaded: &LoadedManifest, cfg: &DatasetConfig, task: crate::train::validate::Task) -> Result<(), Diagnostic> {
     use crate::train::validate::Task;
-    match (task, cfg.layout) {
-        (Task::Classify, Layout::Yolo) => anyhow::bail!(
+    let why = match (task, cfg.layout) {
+        (Task::Classify, Layout::Yolo) => format!(
             "this network classifies images, but the dataset `{}` is a detection dataset YAML: give an ImageFolder directory (DIR/train/CLASS/*.jpg, DIR/val/CLASS/*.jpg), e.g. one made by bench/make_crops.py",
             cfg.yaml.display()
         ),
-        (Task::Detect, Layout::Folder) => anyhow::bail!(
+        (Task::Detect, Layout::Folder) => format!(
             "this network detects objects, but `{}` is an ImageFolder directory (a class per folder, no boxes): give a LibreYOLO / Ultralytics dataset YAML",
             cfg.yaml.display()
         ),
-        _ => Ok(()),
-    }
+        _ => return Ok(()),
+    };
+    Err(loaded.source.error_at(&KeyPath::dotted("data.dataset"), Part::Value, why))
 }
 
 /// How a run's loaders make samples: by the dataset's layout (boxes: detection's pipeline;

@@ -111,8 +111,16 @@ impl From<Diagnostic> for Failure {
 }
 
 impl From<anyhow::Error> for Failure {
+    /// A manifest error that reached here through training (its dataset, its network) is shown
+    /// as one, unless something wrapped it with more context.
     fn from(e: anyhow::Error) -> Self {
-        Failure::Run(e)
+        if e.chain().count() > 1 {
+            return Failure::Run(e);
+        }
+        match e.downcast::<Diagnostic>() {
+            Ok(d) => Failure::Manifest(Box::new(d)),
+            Err(e) => Failure::Run(e),
+        }
     }
 }
 
@@ -223,7 +231,7 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
     let dataset_nc = dataset.as_ref().and_then(|d| d.as_ref().ok()).map(|c| c.nc());
     let nc = loaded.manifest.model.nc.map(|n| n as usize).or(dataset_nc).unwrap_or(crate::network::DEFAULT_NC);
     let with_aux = loaded.manifest.model.aux_weight > 0.0;
-    let (_, params) = crate::network::build(&loaded, nc, with_aux, &burn::tensor::Device::flex())?;
+    let (network, params) = crate::network::build(&loaded, nc, with_aux, &burn::tensor::Device::flex())?;
     if args.dry_run {
         let data = match &dataset {
             None => format!("no dataset (give `data=`); nc={nc} for the network below"),
@@ -232,6 +240,10 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
         };
         print!("{}", dry_run::report(&loaded, &dag, &device, &params, nc, &data));
         return Ok(());
+    }
+    // A dataset of the other task is refused before any split is scanned.
+    if let Some(cfg) = dataset.transpose()? {
+        crate::data::check_layout(&loaded, &cfg, crate::train::validate::Task::of(&network))?;
     }
     let m = &loaded.manifest;
     let launch = crate::distributed::launch().map_err(anyhow::Error::msg)?;

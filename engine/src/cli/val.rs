@@ -65,7 +65,7 @@ pub fn run(args: &ValArgs) -> Result<(), Failure> {
     let (network, params) = super::eval_network(&loaded, nc, &weights, &device)?;
     let task = validate::Task::of(&network);
     // Before the split is scanned: a dataset of the other task is an error at once.
-    data::check_layout(&cfg, task)?;
+    data::check_layout(&loaded, &cfg, task)?;
     let dataset = data::open(&loaded, &cfg, Split::Val)?;
     let precision = Precision::new(m, resolved.backend, &device)?;
 

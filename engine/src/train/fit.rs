@@ -135,7 +135,7 @@ pub fn fit(
     let mut trainer = Trainer::new(loaded, dag, resolved, datasets.nc, batch, iters_per_epoch, replica.clone())?;
     loaders.set_label_rows(m.data.label_rows.resolve(trainer.captures()));
     // Before the run directory exists: a wrong dataset leaves nothing behind.
-    data::check_layout(&datasets.cfg, trainer.task())?;
+    data::check_layout(loaded, &datasets.cfg, trainer.task())?;
     let (mut run, run_path) = run_dir(loaded, &replica)?;
 
     let mut state = TrainState {

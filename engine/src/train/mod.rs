@@ -98,10 +98,11 @@ fn prepare(loaded: &LoadedManifest) -> anyhow::Result<Datasets> {
         }
         eprintln!("\ninterrupt: finishing this step, saving weights/last, then stopping (Ctrl-C again to abort)");
     });
-    let cfg = data::config(loaded).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
+    // A dataset error is the manifest's (`data.dataset`): the caller shows it as one, exit 2.
+    let cfg = data::config(loaded)?;
     let nc = data::classes(loaded, &cfg)?;
-    let train = data::open(loaded, &cfg, Split::Train).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
-    let val = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?) } else { None };
+    let train = data::open(loaded, &cfg, Split::Train)?;
+    let val = if m.val.enabled { Some(data::open(loaded, &cfg, Split::Val)?) } else { None };
     Ok(Datasets { cfg, nc, train, val })
 }
 

@@ -142,7 +142,7 @@ fn schedule(loaded: &LoadedManifest, iters_per_epoch: usize) -> Schedule {
 pub fn model(loaded: &LoadedManifest, nc: usize, device: &Device) -> anyhow::Result<Model> {
     let m = &loaded.manifest;
     let with_aux = m.model.aux_weight > 0.0;
-    let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex()).map_err(|d| anyhow::anyhow!("{}", d.render(false)))?;
+    let (network, mut params) = crate::network::build(loaded, nc, with_aux, &Device::flex())?;
     if let Some(w) = &m.model.weights {
         // Weights made for another class count train on this dataset with a fresh head, as
         // LibreYOLO rebuilds it (`_rebuild_for_new_classes`); anything else must fit.
