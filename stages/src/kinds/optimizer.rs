@@ -94,11 +94,11 @@ impl Stage for OptimizerStage {
         }
     }
 
-    /// The parameters by name; the optimizer's and the loss scale's vectors by their place.
+    /// The parameters and the optimizer's state by name; the loss scale's vectors by place.
     fn state_names(&self) -> Vec<String> {
-        let mut names = super::network_backward::float_names(&self.params.borrow(), |r| r.is_trainable());
-        let vectors = self.update.optim.borrow_mut().tensors_mut().len();
-        names.extend((0..vectors).map(|k| format!("optimizer vector {k}")));
+        let params = self.params.borrow();
+        let mut names = super::network_backward::float_names(&params, |r| r.is_trainable());
+        names.extend(self.update.optim.borrow().tensor_names(&params));
         if let Some(s) = &self.scaler {
             names.extend((0..s.borrow_mut().tensors_mut().len()).map(|k| format!("loss scale {k}")));
         }

@@ -107,6 +107,14 @@ impl Optimizer for AdamW {
         }
     }
 
+    fn tensor_names(&self, store: &ParamStore) -> Vec<String> {
+        let moments = self.moments.keys().flat_map(|id| {
+            let name = &store.entry(*id).name;
+            [format!("{name}.exp_avg"), format!("{name}.exp_avg_sq")]
+        });
+        self.steps.iter().map(|_| "step".to_string()).chain(moments).collect()
+    }
+
     fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>> {
         self.steps.iter_mut().chain(self.moments.values_mut().flat_map(|(m, v)| [m, v])).collect()
     }

@@ -119,6 +119,9 @@ pub trait Optimizer {
     fn state(&self, store: &ParamStore) -> Vec<(String, Tensor<1>)>;
     /// Restores state saved by `state`.
     fn load_state(&mut self, store: &ParamStore, state: Vec<(String, Tensor<1>)>);
+    /// The names of [`tensors_mut`](Optimizer::tensors_mut)'s tensors, in its order (a refused
+    /// capture's report).
+    fn tensor_names(&self, store: &ParamStore) -> Vec<String>;
     /// Every state tensor, to snapshot and restore around a graph capture.
     fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>>;
 }
@@ -131,4 +134,43 @@ pub(crate) fn trainable(store: &ParamStore) -> impl Iterator<Item = (ParamId, us
 /// A zero vector on the parameter's device and dtype.
 pub(crate) fn zeros_for(store: &ParamStore, id: ParamId) -> Tensor<1> {
     flat(store, id).zeros_like()
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::Distribution;
+    use libreyolo_families::params::BuildState;
+
+    use super::*;
+
+    /// `tensor_names` follows `tensors_mut`: each named tensor is the one `state` saves (for a
+    /// checkpoint) under that name, for both optimizers.
+    #[test]
+    fn tensor_names_follow_tensors_mut() {
+        let device = Device::flex();
+        let mut state = BuildState::new(3);
+        let mut b = state.builder(&device);
+        let (w, bias) = (b.conv_weight(2, 2, 1), b.conv_bias(2, 2));
+        let mut store = state.store;
+        let optimizers: [Box<dyn Optimizer>; 2] = [Box::new(sgd::Sgd::new(Groups::by_role(5e-4), true)), Box::new(adamw::AdamW::new(Groups::by_role(0.05)))];
+        for mut o in optimizers {
+            o.init_state(&store);
+            let grads =
+                vec![(w, Tensor::random([4], Distribution::Normal(0.0, 1.0), &device)), (bias, Tensor::random([2], Distribution::Normal(0.0, 1.0), &device))];
+            o.step(&mut store, grads, &Scalars::new(0.01, 0.9, &device));
+            let names = o.tensor_names(&store);
+            let saved = o.state(&store);
+            let tensors: Vec<Tensor<1>> = o.tensors_mut().into_iter().map(|t| t.clone()).collect();
+            assert_eq!(names.len(), tensors.len());
+            let mut compared = 0;
+            for (name, t) in names.iter().zip(tensors) {
+                if let Some((_, s)) = saved.iter().find(|(n, _)| n == name) {
+                    let diff: f32 = t.sub(s.clone()).abs().max().into_scalar();
+                    assert_eq!(diff, 0.0, "{name}");
+                    compared += 1;
+                }
+            }
+            assert!(compared >= 2, "{names:?}");
+        }
+    }
 }

@@ -66,6 +66,10 @@ impl Optimizer for Sgd {
         }
     }
 
+    fn tensor_names(&self, store: &ParamStore) -> Vec<String> {
+        self.buffers.keys().map(|id| format!("{}.momentum_buffer", store.entry(*id).name)).collect()
+    }
+
     fn tensors_mut(&mut self) -> Vec<&mut Tensor<1>> {
         self.buffers.values_mut().collect()
     }
