@@ -216,6 +216,24 @@ fn a_stage_can_have_its_graphs_captured_again_when_mosaic_closes() {
     assert!(weights("eager") == weights("graph"), "re-captured graphs trained differently from eager");
 }
 
+/// `data.label_rows = "batch"` under capture: each batch's target rows (its largest label count,
+/// rounded up to a power of two) are part of the graph's key, so a run captures one graph per
+/// row count it meets (up to `max_graphs`), and trains exactly as eager with the fixed rows.
+#[test]
+fn a_graph_per_label_row_count_trains_like_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, log) = train(dir.path(), "eager", &[]);
+    assert!(ok, "{log}");
+    let (ok, log) = train(dir.path(), "rows", &["cuda_graph=true", "capture.threshold=1", "capture.max_graphs=8", "data.label_rows=batch"]);
+    assert!(ok, "{log}");
+    let captured: Vec<&str> = log.lines().filter(|l| l.contains("cuda_graph: captured training step")).collect();
+    assert!(captured.len() >= 2 && captured.iter().all(|l| l.contains("other inputs [[16, ")), "{log}");
+    assert!(!captured.iter().any(|l| l.contains("[16, 300, 5]")), "the fixed rows were captured: {log}");
+    assert!(!log.contains("falling back to eager"), "{log}");
+    let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
+    assert!(weights("eager") == weights("rows"), "a graph per row count trained differently from eager");
+}
+
 /// YOLOX from its shipped manifest: the whole step captured, SimOTA included (LibreYOLO runs
 /// it eagerly); at mosaic close `loss.yolox` adds its L1 term, so its kind re-captures without
 /// any manifest marking; the run equals eager bit for bit, and the L1 term appears only then.

@@ -66,6 +66,17 @@ pub struct ShapeKey {
     pub others: Vec<Vec<usize>>,
 }
 
+impl ShapeKey {
+    /// `[16, 3, 640, 640] (bf16)`, with the other inputs' dims when there are any (e.g. the
+    /// targets' rows, which `data.label_rows = "batch"` varies).
+    pub fn describe(&self) -> String {
+        match self.others.is_empty() {
+            true => format!("{:?} ({})", self.dims, self.dtype),
+            false => format!("{:?} ({}; other inputs {:?})", self.dims, self.dtype, self.others),
+        }
+    }
+}
+
 /// Why a capture fails where the backend records no hardware graph (and software graphs were
 /// not asked for).
 pub const NO_HARDWARE_GRAPH: &str = "the backend recorded no hardware graph (not a CUDA device, or the capture window was refused)";
@@ -281,13 +292,7 @@ impl<G> CaptureManager<G> {
                 match self.capture_agreed(attempt, ops) {
                     Ok((mut graph, replayed)) => {
                         // The time is the capture's share of the warm-up (docs/history/).
-                        tracing::info!(
-                            "cuda_graph: captured {} at input shape {:?} ({}) in {:.1} s",
-                            self.what,
-                            key.dims,
-                            key.dtype,
-                            started.elapsed().as_secs_f64()
-                        );
+                        tracing::info!("cuda_graph: captured {} at input shape {} in {:.1} s", self.what, key.describe(), started.elapsed().as_secs_f64());
                         match replayed.map(Ok).unwrap_or_else(|| ops.replay(&mut graph)) {
                             Ok(out) => {
                                 self.graphs.push((key.clone(), graph, 1));
@@ -298,9 +303,9 @@ impl<G> CaptureManager<G> {
                     }
                     Err(CaptureError::Unsure(e)) if !attempt.measure_spread => {
                         tracing::info!(
-                            "cuda_graph: {}'s check at input shape {:?} was inconclusive ({e}); this step runs eager, the next captures again against two eager runs",
+                            "cuda_graph: {}'s check at input shape {} was inconclusive ({e}); this step runs eager, the next captures again against two eager runs",
                             self.what,
-                            key.dims
+                            key.describe()
                         );
                         self.unsure.insert(key.clone());
                     }
