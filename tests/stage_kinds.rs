@@ -4,14 +4,15 @@
 //! differentiable stage between the loss and the backward, so the program's autodiff seam runs
 //! through it wherever the capture marks put it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use libreyolo_families::ParamStore;
 use libreyolo_run::dag::StepDag;
 use libreyolo_run::device::{Backend, ResolvedDevice};
 use libreyolo_stages::kinds::builtin;
-use libreyolo_stages::stage::{Autodiff, Io, Kind, LossTerms, Port, Stage, Ty, Value, no_collective, port};
+use libreyolo_stages::stage::{AnyTensor, Autodiff, Io, Kind, LossTerms, Port, Stage, Ty, Value, no_collective, port};
 
 /// `loss * K`.
 struct ScaleLoss<const K1000: u32>;
@@ -59,6 +60,30 @@ impl Stage for Drifts {
         Ok(())
     }
 }
+
+/// The loss unchanged, and a second handle to the network's first trainable tensor kept from
+/// then on: the optimizer can no longer update that tensor in its own buffer.
+struct HoldsAParameter {
+    params: Rc<RefCell<ParamStore>>,
+    held: RefCell<Option<AnyTensor>>,
+}
+
+impl Stage for HoldsAParameter {
+    fn run(&self, io: &mut Io<'_>) -> anyhow::Result<()> {
+        let first = self.params.borrow().entries().iter().find(|e| e.trains()).and_then(|e| e.value.float().cloned());
+        *self.held.borrow_mut() = first;
+        let loss = io.loss(0)?;
+        io.output(0, Value::Loss(loss));
+        Ok(())
+    }
+}
+
+static HOLDS: Kind = Kind {
+    name: "toy.holds_a_parameter",
+    summary: "keeps a handle to a parameter",
+    build: |b| Ok(Rc::new(HoldsAParameter { params: b.model.params.clone(), held: RefCell::new(None) })),
+    ..scale_kind::<1000>("")
+};
 
 static DRIFTS: Kind =
     Kind { name: "toy.drifts", summary: "doubles the loss from its fourth run on", build: |_| Ok(Rc::new(Drifts(Cell::new(0)))), ..scale_kind::<1000>("") };
@@ -108,7 +133,7 @@ fn train_summary(dir: &Path, kind: Option<&str>, name: &str, marks: &[&str]) -> 
     overrides.push(format!("name={name}"));
     overrides.extend(marks.iter().map(|m| m.to_string()));
     let loaded = libreyolo_run::manifest::load(&manifest_with(dir, kind), &overrides).unwrap_or_else(|d| panic!("{}", d.render(false)));
-    let registry = builtin().with(&SCALE_ONE).with(&SCALE_HALF).with(&DRIFTS);
+    let registry = builtin().with(&SCALE_ONE).with(&SCALE_HALF).with(&DRIFTS).with(&HOLDS);
     let dag = StepDag::build_with(&loaded, &registry).unwrap_or_else(|d| panic!("{}", d.render(false)));
     let cpu = ResolvedDevice { backend: Backend::Cpu, ids: vec![], reason: "device=cpu".into() };
     let summary = libreyolo_run::train::train(&loaded, &dag, &cpu).unwrap();
@@ -145,4 +170,12 @@ fn a_stage_kind_from_a_test_runs_eager_and_inside_captured_segments() {
     let why = drifts.capture.and_then(|c| c.fallback_reason).unwrap_or_else(|| panic!("the check let a replay that differs from eager stand: {info}"));
     assert!(why.contains("differs from eager") && why.contains("furthest apart: optimizer ") && !why.contains(" #"), "{why}");
     assert!(drifts.run_dir.join("weights/last.safetensors").exists());
+
+    // The optimizer eager between two graphs, with another handle on a parameter: its update
+    // would land in a new buffer while the EMA's graph reads the old one, so the check's replay
+    // is refused with the parameter's name, and training goes on eager.
+    let between = ["cuda_graph=true", "capture.threshold=1", "stage.scale.capture=true", "stage.optimizer.capture=false"];
+    let held = train_summary(dir.path(), Some("toy.holds_a_parameter"), "holds", &between);
+    let why = held.capture.and_then(|c| c.fallback_reason).expect("an update out of its buffer between graphs is refused");
+    assert!(why.contains("`optimizer`, eager between the graphs") && why.contains("backbone.conv0.conv.weight"), "{why}");
 }

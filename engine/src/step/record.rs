@@ -425,8 +425,13 @@ impl RegionOps<'_> {
         for s in region {
             let seg = &core.program.segments[s];
             if !seg.graph {
+                // The later graphs read the state where they recorded it, so what these eager
+                // items write of it must stay in its buffers: the windows' rule applies to them.
                 for i in seg.items.clone() {
-                    core.run_item(i, &mut b, &tapes, Mode { in_graph: false, hardware: false }, &refused, self.step).map_err(fail)?;
+                    core.run_item(i, &mut b, &tapes, Mode { in_graph: false, hardware: true }, &refused, self.step).map_err(fail)?;
+                    if let Some(why) = refused.take() {
+                        return Err(format!("`{}`, eager between the graphs: {why}", core.program.item_name(i)));
+                    }
                 }
                 continue;
             }
