@@ -8,6 +8,8 @@
 #   scripts/gpu.sh pack                   # cargo build --release, strip --strip-debug, xz -> .gpu/libreyolo-run.xz,
 #                                         # plus .gpu/parity and .gpu/coco128 (fixtures and data)
 #   scripts/gpu.sh keep-cache DIR         # after a remote run: DIR/kernels.tar.xz into .gpu/ (stale PTX dropped)
+#   scripts/gpu.sh wheels                 # LibreYOLO 1.6, pycocotools and scipy's assignment solver as
+#                                         # wheels in .whl/ (needs network), for the comparisons
 # There (the GPU machine, with .gpu/ copied and OUT set to an output directory):
 #   bash scripts/gpu.sh remote 'ARGS' ['@SECONDS:ARGS' ...]
 #                                         # unpack, restore the kernel cache, run `libreyolo-run ARGS` for
@@ -34,6 +36,44 @@ pack)
     cp -r ../shared/parity "$GPU_DIR/parity" && rm -f "$GPU_DIR"/parity/*.py
     cp -r ../shared/data/coco128 "$GPU_DIR/coco128"
     du -sh "$GPU_DIR"/*
+    ;;
+wheels)
+    # The GPU machine's Python (3.12) has PyTorch but no network. Whole, scipy's wheel is 35 MB,
+    # which with the binary and COCO128 outgrows a 64 MiB transfer; LibreYOLO's DETR losses
+    # only import `scipy.optimize.linear_sum_assignment`, whose extension (`_lsap`) needs
+    # nothing but numpy: a wheel of that extension, unchanged, and two one-line modules.
+    py=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+    mkdir -p .whl
+    python3 -m pip download -q --no-deps "${py[@]}" -d .whl libreyolo==1.6.0 pycocotools
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps "${py[@]}" -d "$tmp" scipy
+    whole=$(ls "$tmp"/scipy-*.whl)
+    version=$(basename "$whole" | cut -d- -f2)
+    (cd "$tmp" && unzip -q "$whole" 'scipy/optimize/_lsap.*.so' && rm "$whole")
+    echo '"""scipy cut to scipy.optimize.linear_sum_assignment (its _lsap extension, unchanged)."""' > "$tmp/scipy/__init__.py"
+    echo 'from ._lsap import linear_sum_assignment  # noqa: F401' > "$tmp/scipy/optimize/__init__.py"
+    info="$tmp/scipy-$version.dist-info"
+    mkdir -p "$info"
+    printf 'Metadata-Version: 2.1\nName: scipy\nVersion: %s\n' "$version" > "$info/METADATA"
+    printf 'Wheel-Version: 1.0\nGenerator: scripts/gpu.sh\nRoot-Is-Purelib: false\nTag: cp312-cp312-manylinux_2_28_x86_64\n' > "$info/WHEEL"
+    (cd "$tmp" && python3 - "$info" << 'EOF_RECORD'
+import base64, hashlib, os, sys
+rows = []
+for root, _, files in os.walk("."):
+    for f in files:
+        p = os.path.join(root, f)[2:]
+        data = open(p, "rb").read()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{p},sha256={digest},{len(data)}")
+record = os.path.join(os.path.basename(sys.argv[1]), "RECORD")
+open(record, "w").write("\n".join(rows + [f"{record},,"]) + "\n")
+EOF_RECORD
+    )
+    rm -f .whl/scipy-*.whl
+    (cd "$tmp" && zip -qr "$OLDPWD/.whl/scipy-$version-cp312-cp312-manylinux_2_28_x86_64.whl" scipy "scipy-$version.dist-info")
+    rm -rf "$tmp"
+    ls -l .whl
     ;;
 keep-cache)
     src="${2:?usage: scripts/gpu.sh keep-cache DIR_WITH_kernels.tar.xz}"
