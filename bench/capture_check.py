@@ -171,6 +171,10 @@ def main():
         log = "; ".join(outcome or logs[mode]) or "(no capture line)"
         print(f"| {mode} | {base} | {log[:110]} | {loss_rel:.2e} | {equal}/{len(base_tensors)} | {worst_abs:.2e} | {worst_rel:.2e} ({worst_name}) |")
         print("  " + ", ".join(f"{k} {g['equal']}/{g['tensors']} equal, max rel {g['max_rel_diff']:.1e}" for k, g in sorted(groups.items())))
+        # A refusal whole: its parts and the tensors furthest from eager say why.
+        for line in logs[mode]:
+            if "disabled" in line or "inconclusive" in line:
+                print(f"  {line}")
     with open(os.path.join(out, "capture_check.json"), "w") as f:
         json.dump(report, f, indent=1)
 
