@@ -220,6 +220,12 @@ impl ParamStore {
         self.tensors_mut_where(|e| which(e.role))
     }
 
+    /// The names of the tensors [`tensors_mut_of`](Self::tensors_mut_of) visits, in its order
+    /// (diagnostics that name state tensors).
+    pub fn names_of(&self, which: impl Fn(Role) -> bool) -> Vec<String> {
+        self.entries.iter().filter(|e| which(e.role) && e.value.float().is_some()).map(|e| e.name.clone()).collect()
+    }
+
     /// The tensors of the entries `keep` accepts, in state-dict order.
     fn tensors_mut_where(&mut self, keep: impl Fn(&Entry) -> bool) -> Vec<TensorMut<'_>> {
         self.entries

@@ -53,6 +53,6 @@ impl Stage for EmaStage {
 
     fn state_names(&self) -> Vec<String> {
         let Some(ema) = &self.update.ema else { return vec![] };
-        super::network_backward::float_names(&ema.borrow().store, |_| true)
+        ema.borrow().store.names_of(|_| true)
     }
 }

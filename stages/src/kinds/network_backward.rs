@@ -114,14 +114,8 @@ impl Stage for NetworkBackward {
     }
 
     fn state_names(&self) -> Vec<String> {
-        float_names(&self.params.borrow(), Role::is_running_statistic)
+        self.params.borrow().names_of(Role::is_running_statistic)
     }
-}
-
-/// The names of `store`'s float tensors of a role `which` accepts, in the order
-/// [`ParamStore::tensors_mut_of`] visits them.
-pub fn float_names(store: &ParamStore, which: impl Fn(Role) -> bool) -> Vec<String> {
-    store.entries().iter().filter(|e| which(e.role) && e.value.float().is_some()).map(|e| e.name.clone()).collect()
 }
 
 /// The name of the first tensor of `store` of a role `which` accepts whose buffer another handle

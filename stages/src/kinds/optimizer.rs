@@ -97,7 +97,7 @@ impl Stage for OptimizerStage {
     /// The parameters and the optimizer's state by name; the loss scale's vectors by place.
     fn state_names(&self) -> Vec<String> {
         let params = self.params.borrow();
-        let mut names = super::network_backward::float_names(&params, |r| r.is_trainable());
+        let mut names = params.names_of(|r| r.is_trainable());
         names.extend(self.update.optim.borrow().tensor_names(&params));
         if let Some(s) = &self.scaler {
             names.extend((0..s.borrow_mut().tensors_mut().len()).map(|k| format!("loss scale {k}")));
