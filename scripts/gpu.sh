@@ -8,7 +8,7 @@
 #   scripts/gpu.sh pack                   # cargo build --release, strip --strip-debug, xz -> .gpu/libreyolo-run.xz,
 #                                         # plus .gpu/parity and .gpu/coco128 (fixtures and data)
 #   scripts/gpu.sh keep-cache DIR         # after a remote run: DIR/kernels.tar.xz into .gpu/ (stale PTX dropped)
-#   scripts/gpu.sh wheels                 # LibreYOLO 1.6, pycocotools and scipy's assignment solver as
+#   scripts/gpu.sh wheels                 # LibreYOLO 1.6 (less unused assets), pycocotools and scipy's assignment solver as
 #                                         # wheels in .whl/ (needs network), for the comparisons
 # There (the GPU machine, with .gpu/ copied and OUT set to an output directory):
 #   bash scripts/gpu.sh remote 'ARGS' ['@SECONDS:ARGS' ...]
@@ -46,6 +46,10 @@ wheels)
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
     mkdir -p .whl
     python3 -m pip download -q --no-deps "${py[@]}" -d .whl libreyolo==1.6.0 pycocotools
+    # Without the tokenizers of its CLIP and SigLIP2 models and its two sample images (5.9 MB
+    # that no detector or classifier reads), binary, COCO128 and wheels fit one transfer.
+    zip -q -d .whl/libreyolo-1.6.0-py3-none-any.whl 'libreyolo/models/siglip2/siglip2_tokenizer.model' \
+        'libreyolo/models/clip/bpe_simple_vocab_16e6.txt.gz' 'libreyolo/assets/*.jpg'
     tmp=$(mktemp -d)
     python3 -m pip download -q --no-deps "${py[@]}" -d "$tmp" scipy
     whole=$(ls "$tmp"/scipy-*.whl)
