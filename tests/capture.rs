@@ -312,7 +312,8 @@ fn validation_replays_its_forward_like_eager() {
 /// The seam table (docs/manifest.md): markings of the YOLOv9-t step, each compiled into its
 /// graphs and eager items, trained for one epoch through software graphs, each like eager:
 /// bit for bit where the arithmetic is the same, within 2% over the epoch where a cut inside the
-/// network sums its branches in another order (its first step exact).
+/// network sums its branches in another order (its first step exact; bit for bit against the
+/// same program run eager).
 /// A seam-table row: name, captured stages, extra overrides, graphs, the program's region.
 type SeamRow = (&'static str, &'static [&'static str], &'static [&'static str], usize, &'static str);
 
@@ -376,6 +377,12 @@ fn every_seam_of_the_table_trains_like_eager() {
             for (e, s) in epoch("eager").iter().zip(epoch(&run)) {
                 assert!((e - s).abs() / e < 0.02, "{name}: epoch losses {:?} (eager) vs {:?}", epoch("eager"), epoch(&run));
             }
+            // The same program never captured (the threshold out of reach) sums the branches in
+            // the replay's order: there the replays must be exact.
+            let twin = format!("{run}_uncaptured");
+            let (ok, log) = train(dir.path(), &twin, &[args.as_slice(), &["capture.threshold=1000000"]].concat());
+            assert!(ok && !log.contains("cuda_graph: captured"), "{name}, uncaptured: {log}");
+            assert!(weights(&twin) == weights(&run), "{name}: the replays differ from the same program run eager");
         }
     }
 }
