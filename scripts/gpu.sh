@@ -5,7 +5,7 @@
 # and forth so warm-up is paid once. See docs/gpu.md.
 #
 # Here (CPU machine):
-#   scripts/gpu.sh pack                   # cargo build --release, strip --strip-debug, xz -> .gpu/libreyolo-run.xz,
+#   [SMALL=1] scripts/gpu.sh pack         # cargo build --release, strip --strip-debug, xz -> .gpu/libreyolo-run.xz,
 #                                         # plus .gpu/parity and .gpu/coco128 (fixtures and data)
 #   scripts/gpu.sh keep-cache DIR         # after a remote run: DIR/kernels.tar.xz into .gpu/ (stale PTX dropped)
 #   scripts/gpu.sh wheels                 # LibreYOLO 1.6 (less unused assets), pycocotools and scipy's assignment solver as
@@ -29,11 +29,21 @@ pack)
     mkdir -p "$GPU_DIR"
     # --strip-debug keeps the symbol table (+3.5 MB compressed): LIBREYOLO_HOST_PROFILE names
     # functions only with it.
-    strip --strip-debug -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
-    xz -6 -T0 -f "$GPU_DIR/libreyolo-run"
+    # SMALL=1: --strip-all and xz -9e (19.7 MB instead of 24.2), so the wheels fit beside
+    # (the comparisons with LibreYOLO: bench/rtdetr_accuracy.sh, bench/train_compare.py).
+    if [ "${SMALL:-0}" = 1 ]; then
+        strip --strip-all -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
+        xz -9e -T0 -f "$GPU_DIR/libreyolo-run"
+    else
+        strip --strip-debug -o "$GPU_DIR/libreyolo-run" target/release/libreyolo-run
+        xz -6 -T0 -f "$GPU_DIR/libreyolo-run"
+    fi
     # The parity fixture and COCO128 travel too: the GPU machine has no ../shared.
     rm -rf "$GPU_DIR/parity" "$GPU_DIR/coco128"
-    cp -r ../shared/parity "$GPU_DIR/parity" && rm -f "$GPU_DIR"/parity/*.py
+    # SMALL=1 leaves the parity fixture (13.5 MB) out too: room for the wheels.
+    if [ "${SMALL:-0}" != 1 ]; then
+        cp -r ../shared/parity "$GPU_DIR/parity" && rm -f "$GPU_DIR"/parity/*.py
+    fi
     cp -r ../shared/data/coco128 "$GPU_DIR/coco128"
     du -sh "$GPU_DIR"/*
     ;;
