@@ -16,6 +16,7 @@ table and writes OUT/capture_check.json. Needs numpy only (safetensors read by h
 change to the optimizer's kernels), compared with the same mode of BIN; `BASE_MANIFEST=path` the
 manifest that build reads (an older build may not read today's).
 
+`CAPTURE_MODES=a,b,...` runs those modes only (`seams`: eager and every row of the seam table).
 On the CPU add `LIBREYOLO_CAPTURE_SOFTWARE=1` to the environment (burn's software graphs).
 """
 import json
@@ -50,6 +51,10 @@ MODES = {
     "forward_loss": marks("forward", "loss"),
     "contract_update": marks("forward", "backward", "optimizer", "ema"),
     "two_segments": marks("forward", "optimizer", "ema"),
+    "forward_loss_backward": marks("forward", "loss", "backward"),
+    "loss": marks("loss"),
+    "backward_optimizer": marks("backward", "optimizer"),
+    "optimizer_ema": marks("optimizer", "ema"),
     "until_neck": CONTRACT + ["stage.forward.until=neck.elan_down2"],
     "until_neck_rest": WHOLE + ["stage.forward.until=neck.elan_down2"],
     "whole_step": WHOLE,
@@ -69,6 +74,9 @@ MODES = {
     # eager, what the search width alone changes.
     "eager_blocks5": ["cuda_graph=false"],
 }
+# The seam table's rows (docs/manifest.md) with eager, in its order: CAPTURE_MODES=seams.
+SEAMS = ["eager", "whole_step", "two_graphs", "forward_loss", "forward_loss_backward", "loss", "contract_update", "backward_optimizer",
+         "optimizer_ema", "two_segments", "until_neck", "until_neck_rest", "until_neck_rest_uncaptured"]
 # The same runs by another build (BASE_BIN=path): does a change of the engine change training?
 BASE_MODES = {f"{m}_base": MODES[m] for m in ("eager", "whole_step", "two_graphs", "whole_step_uncaptured")}
 MODES.update(BASE_MODES)
@@ -76,7 +84,7 @@ MODES.update(BASE_MODES)
 ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"}, "whole_step_uncaptured_no_dry_run": {"LIBREYOLO_PRECOMPILE": "0"},
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
-PAIRS = [("forward_loss", "eager"), ("contract_update", "eager"), ("two_segments", "eager"), ("until_neck", "eager"), ("until_neck_rest", "eager"), ("until_neck_rest", "until_neck_rest_uncaptured"), ("until_neck_rest_uncaptured", "eager"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
+PAIRS = [("forward_loss", "eager"), ("forward_loss_backward", "eager"), ("loss", "eager"), ("backward_optimizer", "eager"), ("optimizer_ema", "eager"), ("contract_update", "eager"), ("two_segments", "eager"), ("until_neck", "eager"), ("until_neck_rest", "eager"), ("until_neck_rest", "until_neck_rest_uncaptured"), ("until_neck_rest_uncaptured", "eager"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "eager"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
          ("eager", "eager_base"), ("whole_step", "whole_step_base"), ("two_graphs", "two_graphs_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
@@ -114,7 +122,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     logs = {}
     # CAPTURE_MODES=eager,whole_step,... runs a subset (a shorter run); pairs need both runs.
+    # `seams` stands for the seam table's rows (docs/manifest.md) and eager.
     wanted = [m for m in os.environ.get("CAPTURE_MODES", ",".join(MODES)).split(",") if m]
+    wanted = [x for m in wanted for x in (SEAMS if m == "seams" else [m])]
     modes = {m: MODES[m] for m in wanted}
     if any(m in BASE_MODES for m in modes) and "BASE_BIN" not in os.environ:
         sys.exit(f"modes {', '.join(m for m in modes if m in BASE_MODES)} run another build: set BASE_BIN=path")
