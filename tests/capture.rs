@@ -387,6 +387,44 @@ fn every_seam_of_the_table_trains_like_eager() {
     }
 }
 
+/// A capture window the backend refuses (it would have allocated inside; injected here by
+/// `LIBREYOLO_CAPTURE_REFUSE`) does not end the pass, whose eager items a data-parallel run's
+/// other replicas would be waiting in: the refused segment runs eager, the pass goes on, and the
+/// whole pass is tried once more after another warm-up run. Refused again, the run trains eager.
+/// Either way the weights are eager's, bit for bit.
+#[test]
+fn a_refused_capture_window_is_passed_again_then_given_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two graphs: `[forward] loss, backward(loss) [backward(forward)]`.
+    let forward_row =
+        ["stage.forward.capture=true", "stage.loss.capture=false", "stage.backward.capture=false", "stage.optimizer.capture=false", "stage.ema.capture=false"];
+    let (ok, log) = train(dir.path(), "eager", &forward_row);
+    assert!(ok, "{log}");
+    let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
+    let captured = [&forward_row[..], &["cuda_graph=true", "capture.threshold=2"]].concat();
+    // One refusal: the first pass's first window; the second pass holds.
+    let (ok, log) = train_with(dir.path(), "refused_once", &captured, &[("LIBREYOLO_CAPTURE_REFUSE", "1")]);
+    assert!(ok, "{log}");
+    assert!(log.contains("refused (the graph [forward] refused (LIBREYOLO_CAPTURE_REFUSE)); one more run"), "{log}");
+    assert_eq!(log.matches("cuda_graph: captured training step").count(), 1, "{log}");
+    assert!(!log.contains("falling back to eager"), "{log}");
+    assert!(weights("eager") == weights("refused_once"), "refused once: the weights differ from eager");
+    // Three: both windows of the first pass (the pass went on past the first), then the second
+    // pass's first: the capture gives up and the run trains eager.
+    let (ok, log) = train_with(dir.path(), "refused_thrice", &captured, &[("LIBREYOLO_CAPTURE_REFUSE", "3")]);
+    assert!(ok, "{log}");
+    assert!(log.contains("capture disabled, falling back to eager: graph capture failed: the graph [forward] refused"), "{log}");
+    assert!(!log.contains("cuda_graph: captured training step"), "{log}");
+    assert!(weights("eager") == weights("refused_thrice"), "refused thrice: the weights differ from eager");
+    // Two: both windows of the first pass; the second pass holds, so the first went on to the end.
+    let (ok, log) = train_with(dir.path(), "refused_twice", &captured, &[("LIBREYOLO_CAPTURE_REFUSE", "2")]);
+    assert!(ok && log.matches("cuda_graph: captured training step").count() == 1, "{log}");
+    assert!(weights("eager") == weights("refused_twice"), "refused twice: the weights differ from eager");
+    // A bad value fails at start-up, naming the variable.
+    let (ok, log) = train_with(dir.path(), "bad", &captured, &[("LIBREYOLO_CAPTURE_REFUSE", "some")]);
+    assert!(!ok && log.contains("LIBREYOLO_CAPTURE_REFUSE=\"some\""), "{log}");
+}
+
 /// The first `n` images of COCO128 with their labels, as a dataset of their own in `dir`.
 fn coco128_subset(dir: &Path, n: usize) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/coco128");

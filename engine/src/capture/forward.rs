@@ -10,7 +10,7 @@ use std::rc::Rc;
 use burn::tensor::{Device, FloatDType, Graph, Tensor};
 use libreyolo_families::{Ctx, Network, ParamStore};
 
-use super::{Attempt, CaptureError, GraphOps, ShapeKey, refresh, stable_copy};
+use super::{Attempt, CaptureError, GraphOps, ShapeKey, Verdict, refresh, stable_copy};
 
 /// The forward to run or capture: images `(B, 3, H, W)` in [0, 1] to the head's eval output in
 /// f32 (a detector's decoded predictions `(B, 4 + nc, A)`, a classifier's probabilities
@@ -69,7 +69,7 @@ impl<'a> GraphOps<ForwardGraph<'a>, Tensor<3>> for Forward<'a> {
         (self.f)(self.input.clone())
     }
 
-    fn capture(&mut self, _: Attempt) -> Result<(ForwardGraph<'a>, Option<Tensor<3>>), CaptureError> {
+    fn capture(&mut self, _: Attempt, _: &dyn Fn(Verdict) -> Verdict) -> Result<(ForwardGraph<'a>, Option<Tensor<3>>), CaptureError> {
         let input = stable_copy(&self.input);
         let (f, borrowed) = (self.f.clone(), input.clone());
         let closure: Closure<'a> = Box::new(move || f(borrowed.borrow().clone()));

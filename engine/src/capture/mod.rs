@@ -148,7 +148,12 @@ pub trait GraphOps<G, T> {
     /// undone by the implementation (e.g. BatchNorm statistics), also when it fails. With the
     /// graph, the output of a replay on this input that already stands as this run's result (a
     /// check that replayed it from the state before), else `None` and the caller replays.
-    fn capture(&mut self, attempt: Attempt) -> Result<(G, Option<T>), CaptureError>;
+    ///
+    /// `peers` is the other replicas' say on a step inside the capture (the worst verdict of
+    /// all, each replica casting its own at the same point; the identity when training alone):
+    /// an implementation whose capture has collectives between its windows agrees with it on
+    /// whether to retry, so that every replica runs the same collectives.
+    fn capture(&mut self, attempt: Attempt, peers: &dyn Fn(Verdict) -> Verdict) -> Result<(G, Option<T>), CaptureError>;
     /// Writes the current input into the graph's stable buffers and replays it.
     fn replay(&mut self, graph: &mut G) -> Result<T, String>;
     /// A capture that held here but not on another replica: undoes what the capture's checked
@@ -223,7 +228,8 @@ impl<G> CaptureManager<G> {
     /// `ops.capture(attempt)`, its outcome agreed with the other replicas: a graph that held
     /// here is discarded when another replica's capture did not.
     fn capture_agreed<T>(&self, attempt: Attempt, ops: &mut impl GraphOps<G, T>) -> Result<(G, Option<T>), CaptureError> {
-        let result = ops.capture(attempt);
+        let alone = |mine: Verdict| mine;
+        let result = ops.capture(attempt, self.agree.as_deref().unwrap_or(&alone));
         let Some(agree) = &self.agree else { return result };
         let mine = match &result {
             Ok(_) => Verdict::Captured,
@@ -415,7 +421,7 @@ mod tests {
             self.eager += 1;
             "eager"
         }
-        fn capture(&mut self, attempt: Attempt) -> Result<(u32, Option<&'static str>), CaptureError> {
+        fn capture(&mut self, attempt: Attempt, _: &dyn Fn(Verdict) -> Verdict) -> Result<(u32, Option<&'static str>), CaptureError> {
             self.captures += 1;
             self.prior_runs.push(attempt.prior_runs);
             self.attempts.push(attempt);
@@ -557,7 +563,7 @@ mod tests {
         fn eager(&mut self) -> &'static str {
             "eager"
         }
-        fn capture(&mut self, _: Attempt) -> Result<(u32, Option<&'static str>), CaptureError> {
+        fn capture(&mut self, _: Attempt, _: &dyn Fn(Verdict) -> Verdict) -> Result<(u32, Option<&'static str>), CaptureError> {
             Err(CaptureError::Unsure("still unsure".into()))
         }
         fn replay(&mut self, _g: &mut u32) -> Result<&'static str, String> {

@@ -19,6 +19,23 @@ pub const WARMUP_ENV: &str = "LIBREYOLO_CAPTURE_WARMUP_RUNS";
 /// backend without hardware graphs, to exercise the capture path on the CPU (tests).
 pub const SOFTWARE_ENV: &str = "LIBREYOLO_CAPTURE_SOFTWARE";
 
+/// Environment variable: the run's first N capture windows are refused as if the backend had
+/// refused them, to exercise what follows a refusal (the pass goes on, then one more warm-up
+/// run and a second pass); set on one rank of a multi-GPU run, every rank must retry with it.
+pub const REFUSE_ENV: &str = "LIBREYOLO_CAPTURE_REFUSE";
+
+/// Whether the window being closed is refused by [`REFUSE_ENV`] (one of the first N of the run).
+pub fn injected_refusal() -> bool {
+    static LEFT: std::sync::OnceLock<std::sync::atomic::AtomicUsize> = std::sync::OnceLock::new();
+    let left = LEFT.get_or_init(|| std::sync::atomic::AtomicUsize::new(parse_refusals(std::env::var(REFUSE_ENV).ok().as_deref()).unwrap_or(0)));
+    left.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+}
+
+fn parse_refusals(value: Option<&str>) -> Result<usize, String> {
+    let Some(value) = value else { return Ok(0) };
+    value.trim().parse::<usize>().map_err(|_| format!("{REFUSE_ENV}={value:?}: expected a whole number of capture windows to refuse"))
+}
+
 /// Warm-up runs before the capture window of a shape that ran eager `prior_runs` times: two on
 /// its first run (burn-fusion searches on the first, so its kernels and allocations are not yet
 /// the window's), one after eager runs of the same computation.
@@ -34,9 +51,10 @@ pub fn warmup_runs(attempt: Attempt) -> Result<usize, String> {
     Ok(if attempt.measure_spread { runs.max(2) } else { runs })
 }
 
-/// Checks [`WARMUP_ENV`] at start-up, so a bad value fails before the first step.
+/// Checks [`WARMUP_ENV`] and [`REFUSE_ENV`] at start-up, so a bad value fails before the first step.
 pub fn check_env() -> Result<(), String> {
-    warmup_runs(Attempt { prior_runs: 0, measure_spread: false }).map(drop)
+    warmup_runs(Attempt { prior_runs: 0, measure_spread: false })?;
+    parse_refusals(std::env::var(REFUSE_ENV).ok().as_deref()).map(drop)
 }
 
 fn parse_warmup_runs(value: Option<&str>, prior_runs: u32) -> Result<usize, String> {
@@ -62,5 +80,12 @@ mod tests {
             let err = parse_warmup_runs(Some(bad), 2).unwrap_err();
             assert!(err.contains(WARMUP_ENV) && err.contains("at least 1"), "{err}");
         }
+    }
+
+    #[test]
+    fn refusals_to_inject_are_a_whole_number() {
+        assert_eq!([parse_refusals(None), parse_refusals(Some(" 2"))], [Ok(0), Ok(2)]);
+        let err = parse_refusals(Some("-1")).unwrap_err();
+        assert!(err.contains(REFUSE_ENV) && err.contains("whole number"), "{err}");
     }
 }

@@ -14,7 +14,10 @@
 //!    so an item that reads values on the host reads computed ones), and before each window
 //!    after the first one more eager run of the region, whose temporaries grow the pools outside
 //!    a window (a recorded graph reserves its pages). A window the backend refuses (it would
-//!    allocate) is tried once more after another warm-up run;
+//!    allocate) voids the pass, which goes on to the region's end all the same, then the whole
+//!    pass is tried once more after another warm-up run. Data-parallel replicas go by
+//!    the worst pass of all (a refusal anywhere is a second pass everywhere, a failure anywhere
+//!    ends the capture everywhere), so that all of them run the same collectives;
 //! 3. the state put back, and one replay from it on the capturing batch checked against the
 //!    warm-up runs ([`agree`]); that replay stands as the step's result.
 //!
@@ -34,7 +37,7 @@ use libreyolo_stages::kinds::optimizer::{Saved, save_one, write_saved};
 use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StateMut, StepInfo, Value};
 
 use super::core::{Core, Mode, Tapes};
-use crate::capture::{Attempt, CaptureError, GraphOps, one_graph};
+use crate::capture::{Attempt, CaptureError, GraphOps, Verdict, one_graph};
 
 /// A recorded graph segment of the region.
 struct Recorded {
@@ -343,6 +346,8 @@ impl RegionOps<'_> {
         // Slots whose value a graph's buffer holds (a later graph reads them there).
         let mut made_by_graph: Vec<Slot> = entry.iter().map(|(s, _)| *s).collect();
         let fail = |e: anyhow::Error| PassError::Other(format!("{e:#}"));
+        // The first window the backend refused (it would have allocated inside).
+        let mut window_refused: Option<String> = None;
         for s in region {
             let seg = &core.program.segments[s];
             if !seg.graph {
@@ -386,13 +391,23 @@ impl RegionOps<'_> {
                 }
             }
             // A failed stop still takes the stream out of capture mode.
-            let graph = if window {
-                Some(Dispatch::graph_stop_capture(d).map_err(|e| PassError::Window(format!("recording {}: {e:?}", describe(core, s)))))
-            } else {
-                None
-            };
+            let graph = if window { Some(Dispatch::graph_stop_capture(d).map_err(|e| format!("recording {}: {e:?}", describe(core, s)))) } else { None };
             ran?;
-            let graph = graph.transpose()?;
+            let graph = match graph
+                .transpose()
+                .and_then(|g| if one_graph::injected_refusal() { Err(format!("{} refused ({})", describe(core, s), one_graph::REFUSE_ENV)) } else { Ok(g) })
+            {
+                Ok(graph) => graph,
+                Err(why) => {
+                    // The pass goes on to the region's end, as it does on the other replicas,
+                    // whose eager items between windows hold collectives (the gradient
+                    // all-reduce): what follows reads what the window left (not computed, on a
+                    // GPU), and the pass is void. The items are not run again: a backward
+                    // piece has consumed its tape.
+                    window_refused.get_or_insert(why);
+                    None
+                }
+            };
             if let Some(g) = graph.as_ref().filter(|_| s + 1 < region_end) {
                 // The eager items after this window may read its outputs on the host (RT-DETR's
                 // Hungarian matching reads its costs): one replay computes them from the values
@@ -404,6 +419,9 @@ impl RegionOps<'_> {
             made_by_graph.extend(seg.outputs.iter().copied());
             let outputs = seg.outputs.iter().filter_map(|&o| b.get(o).map(|v| (o, detached(v)))).collect();
             recorded.push(Recorded { segment: s, graph, stable, outputs });
+        }
+        if let Some(why) = window_refused {
+            return Err(PassError::Window(why));
         }
         if let Some(why) = refused.take() {
             return Err(PassError::Other(why));
@@ -466,6 +484,39 @@ enum PassError {
     Other(String),
 }
 
+/// A pass's outcome as this replica's vote: a refused window is a doubt (every replica tries
+/// once more), anything else a failure.
+fn pass_verdict<T>(pass: &Result<T, PassError>) -> Verdict {
+    match pass {
+        Ok(_) => Verdict::Captured,
+        Err(PassError::Window(_)) => Verdict::Unsure,
+        Err(PassError::Other(_)) => Verdict::Failed,
+    }
+}
+
+/// What every replica does after a capture pass, from its own pass and the worst of all
+/// (`retried`: this was the second pass): check the graphs, pass once more, or give up (with the
+/// reason when the pass failed elsewhere; this replica's own error otherwise).
+#[derive(Debug, PartialEq, Eq)]
+enum AfterPass {
+    Check,
+    PassAgain,
+    GiveUp(Option<&'static str>),
+}
+
+fn after_pass(mine: Verdict, all: Verdict, retried: bool) -> AfterPass {
+    match (all, mine) {
+        (Verdict::Captured, _) => AfterPass::Check,
+        (Verdict::Unsure, _) if !retried => AfterPass::PassAgain,
+        (_, Verdict::Captured) if all == Verdict::Unsure => {
+            AfterPass::GiveUp(Some("its graphs recorded on this GPU, but another GPU's capture window was refused twice"))
+        }
+        (_, Verdict::Captured) => AfterPass::GiveUp(Some("its graphs recorded on this GPU, but another GPU's capture pass failed")),
+        (_, Verdict::Unsure) if all == Verdict::Failed => AfterPass::GiveUp(Some("another GPU's capture pass failed")),
+        _ => AfterPass::GiveUp(None),
+    }
+}
+
 /// Graph segment `s` by its items, e.g. `the graph [forward, loss]`.
 fn describe(core: &Core, s: usize) -> String {
     format!("the graph [{}]", core.program.segment_names(s).join(", "))
@@ -478,7 +529,7 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         Ok(b)
     }
 
-    fn capture(&mut self, attempt: Attempt) -> Result<(RegionGraphs, Option<Result<Board, String>>), CaptureError> {
+    fn capture(&mut self, attempt: Attempt, peers: &dyn Fn(Verdict) -> Verdict) -> Result<(RegionGraphs, Option<Result<Board, String>>), CaptureError> {
         let writers = self.writers();
         let saved = snapshot(&writers);
         let entry = stable_copies(&self.board, self.entry);
@@ -493,18 +544,33 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         };
         let mut log = vec![self.warm_up(runs, &entry, &writers, &saved, &mut figures, &mut after_eager).map_err(undo)?];
         let started = std::time::Instant::now();
+        // Every replica goes by the worst pass of all, so that all of them run the same
+        // collectives: a window refused anywhere is tried again everywhere, after one more
+        // warm-up run (the pool then holds what the window would have allocated).
         let mut recorded = self.pass(&entry, &writers);
-        if let Err(PassError::Window(refused)) = &recorded {
-            log.push(format!("refused ({}); one more run", refused.replace('\n', " ")));
+        let mut next = after_pass(pass_verdict(&recorded), peers(pass_verdict(&recorded)), false);
+        if next == AfterPass::PassAgain {
+            log.push(match &recorded {
+                Err(PassError::Window(refused)) => format!("refused ({}); one more run", refused.replace('\n', " ")),
+                _ => "another GPU's window was refused; one more run".into(),
+            });
+            drop(recorded);
+            let _ = self.core.device.sync();
             restore(&writers, &saved);
             log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures, &mut after_eager).map_err(undo)?);
             recorded = self.pass(&entry, &writers);
+            next = after_pass(pass_verdict(&recorded), peers(pass_verdict(&recorded)), true);
         }
         log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
         tracing::info!("cuda_graph: {}", log.join("; "));
         let _ = self.core.device.sync();
         restore(&writers, &saved);
-        let recorded = recorded.map_err(|(PassError::Window(e) | PassError::Other(e))| e)?;
+        let recorded = match (recorded, next) {
+            (Ok(recorded), AfterPass::Check) => recorded,
+            (_, AfterPass::GiveUp(Some(why))) => return Err(CaptureError::Failed(why.into())),
+            (Err(PassError::Window(e) | PassError::Other(e)), _) => return Err(CaptureError::Failed(e)),
+            (Ok(_), next) => unreachable!("a pass that held goes on to {next:?} only by the worst pass of all"),
+        };
         let mut g = RegionGraphs { entry, recorded };
         if !g.is_hardware() && !self.core.allow_software {
             return Err(CaptureError::Failed(crate::capture::NO_HARDWARE_GRAPH.into()));
@@ -643,5 +709,26 @@ mod tests {
         // A region without the loss (the update alone) compares what it moved.
         assert!(agree((f64::NAN, 3.0), Some((f64::NAN, 3.0)), (f64::NAN, 3.0), "step").is_ok());
         assert!(agree((f64::NAN, 3.0), Some((f64::NAN, 3.0)), (f64::NAN, 4.0), "step").is_err());
+    }
+
+    /// Replicas go by the worst pass of all: a refusal anywhere is a second pass everywhere, a
+    /// second refusal or a failure anywhere gives up everywhere, each saying why.
+    #[test]
+    fn every_replica_passes_again_or_gives_up_with_the_others() {
+        use Verdict::{Captured, Failed, Unsure};
+        assert_eq!(after_pass(Captured, Captured, false), AfterPass::Check);
+        assert_eq!(after_pass(Captured, Captured, true), AfterPass::Check);
+        // Refused here or on another GPU: everyone passes once more.
+        assert_eq!(after_pass(Unsure, Unsure, false), AfterPass::PassAgain);
+        assert_eq!(after_pass(Captured, Unsure, false), AfterPass::PassAgain);
+        // Refused again: this replica's refusal is its reason; one whose pass held names the other's.
+        assert_eq!(after_pass(Unsure, Unsure, true), AfterPass::GiveUp(None));
+        assert!(matches!(after_pass(Captured, Unsure, true), AfterPass::GiveUp(Some(why)) if why.contains("refused twice")));
+        // A failure anywhere ends it, on the first pass already.
+        for retried in [false, true] {
+            assert_eq!(after_pass(Failed, Failed, retried), AfterPass::GiveUp(None));
+            assert!(matches!(after_pass(Captured, Failed, retried), AfterPass::GiveUp(Some(why)) if why.contains("another GPU's capture pass failed")));
+            assert!(matches!(after_pass(Unsure, Failed, retried), AfterPass::GiveUp(Some(why)) if why.contains("failed")));
+        }
     }
 }
