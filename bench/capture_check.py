@@ -71,6 +71,8 @@ MODES = {
     # The three-graph program run eager: its backward in three parts sums the branch gradients
     # of the seam in another order than plain eager (bf16 rounding apart), not than its replay.
     "until_neck_rest_uncaptured": WHOLE + UNTIL_NECK + NEVER,
+    # The loss row run eager: its backward in two parts (the loss's, then the network's).
+    "loss_uncaptured": marks("loss") + NEVER,
     # The same without the dry run that compiles the step's kernels first (engine/src/precompile.rs):
     # the dry run must leave training exactly as it was.
     "whole_step_uncaptured_no_dry_run": WHOLE + NEVER,
@@ -89,7 +91,7 @@ ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": 
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
 # Every seam row against eager, then the pairs of the other modes.
-PAIRS = [(m, "eager") for m in SEAMS[1:]] + [("until_neck_rest", "until_neck_rest_uncaptured"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
+PAIRS = [(m, "eager") for m in SEAMS[1:]] + [("until_neck_rest", "until_neck_rest_uncaptured"), ("loss", "loss_uncaptured"), ("loss_uncaptured", "eager"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
          ("eager", "eager_base"), ("whole_step", "whole_step_base"), ("two_graphs", "two_graphs_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 

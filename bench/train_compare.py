@@ -44,7 +44,17 @@ from libreyolo_isolated import LIBREYOLO_CLASS, epoch_rows  # noqa: E402 (LibreY
 
 # Each snippet builds its network through libreyolo_isolated.libreyolo_network (bench/ on the
 # path): one place says how a family's network is made without a download.
-LIBREYOLO_TRAIN = r"""
+# LibreYOLO 1.6's detection validator turns predictions into numpy arrays with `.numpy()`,
+# which torch refuses for bfloat16: under bf16 autocast its DETR validation failed every time
+# ("Got unsupported ScalarType BFloat16", RT-DETR-r18 on an H100 on 2026-12-06). Its training
+# and validation otherwise untouched, the conversion widens bf16 to f32 (exact) instead.
+BF16_NUMPY = r"""
+import torch
+_numpy = torch.Tensor.numpy
+torch.Tensor.numpy = lambda self, *a, **k: _numpy(self.float() if self.dtype == torch.bfloat16 else self, *a, **k)
+"""
+
+LIBREYOLO_TRAIN = BF16_NUMPY + r"""
 import json, sys, time, torch, libreyolo
 args = json.loads(sys.argv[1])
 sys.path.insert(0, args["bench"])
@@ -72,7 +82,7 @@ torch.save({"model": model.model.state_dict()}, sys.argv[2])
 # LibreYOLO's validator on any weights with LibreYOLO's key names (ours are saved so): the
 # network built as for training, the state dict loaded (the PGI branch may be absent), then
 # LibreYOLO's `val` with autocast in `dtype` (`half`), as its in-training validation runs.
-LIBREYOLO_VAL = r"""
+LIBREYOLO_VAL = BF16_NUMPY + r"""
 import json, sys, torch, libreyolo
 a = json.loads(sys.argv[1])
 sys.path.insert(0, a["bench"])

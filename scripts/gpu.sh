@@ -51,7 +51,8 @@ wheels)
     # The GPU machine's Python (3.12) has PyTorch but no network. Whole, scipy's wheel is 35 MB,
     # which with the binary and COCO128 outgrows a 64 MiB transfer; LibreYOLO's DETR losses
     # only import `scipy.optimize.linear_sum_assignment`, whose extension (`_lsap`) needs
-    # nothing but numpy: a wheel of that extension, unchanged, and two one-line modules.
+    # nothing but numpy: a wheel of that extension, unchanged, two one-line modules, and the
+    # modules LibreYOLO imports but never calls for a detector, each saying it is not there.
     py=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
     mkdir -p .whl
@@ -67,6 +68,25 @@ wheels)
     (cd "$tmp" && unzip -q "$whole" 'scipy/optimize/_lsap.*.so' && rm "$whole")
     echo '"""scipy cut to scipy.optimize.linear_sum_assignment (its _lsap extension, unchanged)."""' > "$tmp/scipy/__init__.py"
     echo 'from ._lsap import linear_sum_assignment  # noqa: F401' > "$tmp/scipy/optimize/__init__.py"
+    # LibreYOLO imports scipy.linalg, .sparse and .spatial when its package loads (its tracker
+    # and its edge/point validators); its detectors never call them. So those imports succeed,
+    # and any name taken from them raises ImportError when used, saying why.
+    for mod in linalg sparse sparse/csgraph spatial spatial/distance spatial/transform; do
+        mkdir -p "$tmp/scipy/$mod"
+        dotted=scipy.$(echo "$mod" | tr / .)
+        cat > "$tmp/scipy/$mod/__init__.py" << EOF_SHIM
+"""$dotted is not in this cut of scipy (scripts/gpu.sh wheels): LibreYOLO imports it when its
+package loads; its detectors' training and validation never call it. Any name taken from it
+raises ImportError when used."""
+
+
+def __getattr__(name):
+    def missing(*args, **kwargs):
+        raise ImportError(f"$dotted.{name}: this scipy is cut to scipy.optimize.linear_sum_assignment (scripts/gpu.sh wheels)")
+
+    return missing
+EOF_SHIM
+    done
     info="$tmp/scipy-$version.dist-info"
     mkdir -p "$info"
     printf 'Metadata-Version: 2.1\nName: scipy\nVersion: %s\n' "$version" > "$info/METADATA"
