@@ -69,12 +69,21 @@ pub struct ShapeKey {
 impl ShapeKey {
     /// `[16, 3, 640, 640] (bf16)`, with the other inputs' dims when there are any (e.g. the
     /// targets' rows, which `data.label_rows = "batch"` varies).
+    /// Past [`Self::SHOWN`] other inputs (an update's region reads every gradient), the first
+    /// few and their count, so the log line stays a line.
     pub fn describe(&self) -> String {
-        match self.others.is_empty() {
-            true => format!("{:?} ({})", self.dims, self.dtype),
-            false => format!("{:?} ({}; other inputs {:?})", self.dims, self.dtype, self.others),
+        match self.others.len() {
+            0 => format!("{:?} ({})", self.dims, self.dtype),
+            n if n <= Self::SHOWN => format!("{:?} ({}; other inputs {:?})", self.dims, self.dtype, self.others),
+            n => {
+                let first: Vec<String> = self.others[..Self::SHOWN].iter().map(|d| format!("{d:?}")).collect();
+                format!("{:?} ({}; {n} other inputs: {}, ...)", self.dims, self.dtype, first.join(", "))
+            }
         }
     }
+
+    /// The other inputs [`Self::describe`] lists in full.
+    const SHOWN: usize = 8;
 }
 
 /// Why a capture fails where the backend records no hardware graph (and software graphs were
@@ -451,6 +460,16 @@ mod tests {
 
     fn key(b: usize) -> ShapeKey {
         ShapeKey { dims: vec![b, 3, 640, 640], dtype: "bf16".into(), others: vec![] }
+    }
+
+    #[test]
+    fn a_key_describes_a_few_other_inputs_in_full_and_many_by_count() {
+        assert_eq!(key(16).describe(), "[16, 3, 640, 640] (bf16)");
+        let few = ShapeKey { others: vec![vec![16, 300, 5]], ..key(16) };
+        assert_eq!(few.describe(), "[16, 3, 640, 640] (bf16; other inputs [[16, 300, 5]])");
+        // An update's region: every gradient is an input.
+        let many = ShapeKey { dims: vec![432], dtype: "BF16".into(), others: (1..=897).map(|n| vec![n]).collect() };
+        assert_eq!(many.describe(), "[432] (BF16; 897 other inputs: [1], [2], [3], [4], [5], [6], [7], [8], ...)");
     }
 
     #[test]
