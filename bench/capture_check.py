@@ -82,7 +82,7 @@ MODES = {
 }
 # The seam table's rows (docs/manifest.md) with eager, in its order: CAPTURE_MODES=seams.
 SEAMS = ["eager", "whole_step", "two_graphs", "forward_loss", "forward_loss_backward", "loss", "contract_update", "backward_optimizer",
-         "optimizer_ema", "two_segments", "until_neck", "until_neck_rest", "until_neck_rest_uncaptured"]
+         "optimizer_ema", "two_segments", "until_neck", "until_neck_rest", "until_neck_rest_uncaptured", "loss_uncaptured"]
 # The same runs by another build (BASE_BIN=path): does a change of the engine change training?
 BASE_MODES = {f"{m}_base": MODES[m] for m in ("eager", "whole_step", "two_graphs", "whole_step_uncaptured")}
 MODES.update(BASE_MODES)
@@ -91,7 +91,7 @@ ENVS = {"eager_dry_run": {"LIBREYOLO_PRECOMPILE": "force"}, "eager_no_dry_run": 
         "eager_blocks5": {"LIBREYOLO_FUSION_MAX_BLOCKS": "5"}}
 # (run, the run it is compared with)
 # Every seam row against eager, then the pairs of the other modes.
-PAIRS = [(m, "eager") for m in SEAMS[1:]] + [("until_neck_rest", "until_neck_rest_uncaptured"), ("loss", "loss_uncaptured"), ("loss_uncaptured", "eager"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
+PAIRS = [(m, "eager") for m in SEAMS[1:]] + [("until_neck_rest", "until_neck_rest_uncaptured"), ("loss", "loss_uncaptured"), ("eager_again", "eager"), ("eager_dry_run", "eager_no_dry_run"), ("two_graphs", "two_graphs_uncaptured"), ("two_graphs_uncaptured", "eager"), ("whole_step", "whole_step_uncaptured"), ("whole_step_uncaptured", "eager"), ("whole_step_uncaptured", "whole_step_uncaptured_no_dry_run"), ("eager_blocks5", "eager"),
          ("eager", "eager_base"), ("whole_step", "whole_step_base"), ("two_graphs", "two_graphs_base"), ("whole_step_uncaptured", "whole_step_uncaptured_base")]
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
