@@ -389,8 +389,8 @@ fn every_seam_of_the_table_trains_like_eager() {
 
 /// A capture window the backend refuses (it would have allocated inside; injected here by
 /// `LIBREYOLO_CAPTURE_REFUSE`) does not end the pass, whose eager items a data-parallel run's
-/// other replicas would be waiting in: the refused segment runs eager, the pass goes on, and the
-/// whole pass is tried once more after another warm-up run. Refused again, the run trains eager.
+/// other replicas would be waiting in: the pass goes on to the region's end (void), and the whole
+/// pass is tried once more after another warm-up run. Refused again, the run trains eager.
 /// Either way the weights are eager's, bit for bit.
 #[test]
 fn a_refused_capture_window_is_passed_again_then_given_up() {

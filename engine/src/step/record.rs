@@ -547,8 +547,12 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         // Every replica goes by the worst pass of all, so that all of them run the same
         // collectives: a window refused anywhere is tried again everywhere, after one more
         // warm-up run (the pool then holds what the window would have allocated).
+        let decide = |pass: &Result<Vec<Recorded>, PassError>, retried: bool| {
+            let mine = pass_verdict(pass);
+            after_pass(mine, peers(mine), retried)
+        };
         let mut recorded = self.pass(&entry, &writers);
-        let mut next = after_pass(pass_verdict(&recorded), peers(pass_verdict(&recorded)), false);
+        let mut next = decide(&recorded, false);
         if next == AfterPass::PassAgain {
             log.push(match &recorded {
                 Err(PassError::Window(refused)) => format!("refused ({}); one more run", refused.replace('\n', " ")),
@@ -559,7 +563,7 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
             restore(&writers, &saved);
             log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures, &mut after_eager).map_err(undo)?);
             recorded = self.pass(&entry, &writers);
-            next = after_pass(pass_verdict(&recorded), peers(pass_verdict(&recorded)), true);
+            next = decide(&recorded, true);
         }
         log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
         tracing::info!("cuda_graph: {}", log.join("; "));
