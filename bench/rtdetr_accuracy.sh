@@ -7,11 +7,12 @@
 #   BIN=/tmp/libreyolo-run OUT=/tmp/out bash bench/rtdetr_accuracy.sh ours|libreyolo|both [SEEDS] [LIMIT_S]
 #
 # SEEDS: "0 1" by default; LIMIT_S: each training's limit (train_compare.py --limit, 520).
-# Measured on an H100 on 2026-12-06 (`both '0 1' 540`, four trainings at once): ours ~10.5 s an
-# epoch after a first epoch of 127 s (kernel compilation from a cache without RT-DETR's kernels),
-# LibreYOLO ~22 s: 35 and 33 of the 50 epochs in 540 s. So 2,000 steps take fewer trainings at
-# once (e.g. `both 0`, then `both 1`) and a kernel cache kept from a first run (gpu.sh's
-# SAVE_CACHE, then `scripts/gpu.sh keep-cache`).
+# Measured on an H100 on 2026-12-06: four trainings at once (`both '0 1' 540`) slow each one
+# (LibreYOLO ~22 s an epoch, ours ~10.5): 33 and 35 epochs in 540 s. One engine's two seeds at
+# once: LibreYOLO ~7 s an epoch (50 in ~370 s); ours ~9 s after a first epoch of ~130 s of
+# kernel compilation (41 and 44 epochs in 555 s; the cache it filled now travels in .gpu/, and
+# `$BIN train manifests/rtdetrr18.toml resume=true project=/tmp/acc/oursSEED name=ours` on the
+# same machine finishes a stopped one). `bench/loss_curves.py` compares the per-epoch rows.
 # EXTRA: more train_compare.py arguments, which win over these (a CPU smoke run: EXTRA="--epochs
 # 1 --imgsz 128 --device cpu --dtype f32" SHAPES="--train 16 --val 8 --size 128").
 # Needs .gpu/coco128 and .whl/ (scripts/gpu.sh wheels). Trainings write under /tmp/acc; $OUT
