@@ -136,14 +136,25 @@ remote)
     export CUDA_CACHE_PATH=$LIBREYOLO_KERNEL_CACHE/nv-compute-cache CUDA_CACHE_MAXSIZE=4294967296
     # A machine that ran an earlier remote run still has that run's cache: the copied one goes
     # into an empty directory, never over it (its SQLite write-ahead log mixed into the new
-    # database: "Invalid page type", then a poisoned device, on 2026-12-01).
-    rm -rf "$LIBREYOLO_KERNEL_CACHE"
-    mkdir -p "$LIBREYOLO_KERNEL_CACHE"
-    if [ -f "$GPU_DIR/kernels.tar.xz" ]; then
-        tar -xJf "$GPU_DIR/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE"
-        echo "[gpu.sh] kernel cache restored: $(du -sh "$LIBREYOLO_KERNEL_CACHE" | cut -f1)"
+    # database: "Invalid page type", then a poisoned device, on 2026-12-01). The earlier run's
+    # cache is kept as it is when it grew from this same copied cache with this same binary
+    # (the mark below): it holds everything the copy does, plus the kernels that run compiled
+    # (e.g. RT-DETR's ~130 s of them before a `resume=true` in the next command).
+    sources=("$GPU_DIR/libreyolo-run.xz")
+    [ -f "$GPU_DIR/kernels.tar.xz" ] && sources+=("$GPU_DIR/kernels.tar.xz")
+    origin=$(cat "${sources[@]}" | sha256sum | cut -d' ' -f1)
+    if [ -f "$LIBREYOLO_KERNEL_CACHE/.origin" ] && [ "$(cat "$LIBREYOLO_KERNEL_CACHE/.origin")" = "$origin" ]; then
+        echo "[gpu.sh] kernel cache of the earlier run on this machine kept: $(du -sh "$LIBREYOLO_KERNEL_CACHE" | cut -f1)"
     else
-        echo "[gpu.sh] no kernel cache copied: cold start"
+        rm -rf "$LIBREYOLO_KERNEL_CACHE"
+        mkdir -p "$LIBREYOLO_KERNEL_CACHE"
+        if [ -f "$GPU_DIR/kernels.tar.xz" ]; then
+            tar -xJf "$GPU_DIR/kernels.tar.xz" -C "$LIBREYOLO_KERNEL_CACHE"
+            echo "[gpu.sh] kernel cache restored: $(du -sh "$LIBREYOLO_KERNEL_CACHE" | cut -f1)"
+        else
+            echo "[gpu.sh] no kernel cache copied: cold start"
+        fi
+        echo "$origin" > "$LIBREYOLO_KERNEL_CACHE/.origin"
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0
@@ -181,7 +192,7 @@ remote)
         echo "[gpu.sh] the steps' $count outputs bundled into outputs.tar"
     fi
     if [ "${SAVE_CACHE:-1}" = 1 ]; then
-        tar -cJf /tmp/kernels.tar.xz --exclude=./nv-compute-cache -C "$LIBREYOLO_KERNEL_CACHE" .
+        tar -cJf /tmp/kernels.tar.xz --exclude=./nv-compute-cache --exclude=./.origin -C "$LIBREYOLO_KERNEL_CACHE" .
         size=$(stat -c %s /tmp/kernels.tar.xz)
         if [ "$size" -lt 16000000 ]; then
             mv /tmp/kernels.tar.xz "$OUT/kernels.tar.xz"
