@@ -22,6 +22,7 @@
 
 pub mod forward;
 pub mod one_graph;
+pub mod quiet;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};

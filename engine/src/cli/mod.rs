@@ -298,14 +298,91 @@ fn train(args: &TrainArgs) -> Result<(), Failure> {
 }
 
 /// Log lines on stderr, filtered by `LIBREYOLO_LOG` (tracing's directives); plain text when stderr
-/// is a file, so logs of remote runs can be searched.
+/// is a file, so logs of remote runs can be searched. The backend's launch-failure lines of a
+/// capture pass are counted instead ([`crate::capture::quiet`]).
 fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("LIBREYOLO_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LIBREYOLO_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = subscriber(filter, std::io::stderr, std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init();
+}
+
+/// The log set-up of [`init_logging`], writing to `writer`.
+fn subscriber<W>(filter: tracing_subscriber::EnvFilter, writer: W, ansi: bool) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use crate::capture::quiet;
+    use tracing::subscriber::Interest;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::{FilterExt, LevelFilter};
+    use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
+    /// The lines a capture pass holds back (`Held(true)`), or the others (`Held(false)`).
+    /// Whether a pass runs changes from one line to the next: nothing is cached per call site.
+    struct Held(bool);
+    impl<S> Filter<S> for Held {
+        fn enabled(&self, m: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
+            quiet::holds(m.target(), m.level()) == self.0
+        }
+        fn callsite_enabled(&self, _: &'static tracing::Metadata<'static>) -> Interest {
+            Interest::sometimes()
+        }
+        fn max_level_hint(&self) -> Option<LevelFilter> {
+            self.0.then_some(LevelFilter::WARN)
+        }
+    }
+    /// Counts the lines it is given.
+    struct CountHeld;
+    impl<S: tracing::Subscriber> Layer<S> for CountHeld {
+        fn on_event(&self, _: &tracing::Event<'_>, _: Context<'_, S>) {
+            quiet::count_held();
+        }
+    }
+    let output = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi).with_target(false).with_filter(filter.and(Held(false)));
+    tracing_subscriber::registry().with(output).with(CountHeld.with_filter(Held(true)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_capture_pass_counts_the_backends_launch_failures_instead_of_printing_them() {
+        let _turn = crate::capture::quiet::TEST_TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = Buf::default();
+        let writer = buf.clone();
+        let subscriber = super::subscriber(tracing_subscriber::EnvFilter::new("info"), move || writer.clone(), false);
+        let _ = tracing_log::LogTracer::init();
+        let held = tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "cubecl_runtime::logging::server", "launch failed before the pass");
+            let ((), held) = crate::capture::quiet::holding(|| {
+                for _ in 0..2 {
+                    tracing::warn!(target: "cubecl_runtime::logging::server", "launch failed in the pass");
+                }
+                // The backend's own way: the `log` crate, bridged as `init_logging` bridges it.
+                log::warn!(target: "cubecl_runtime::logging::server", "launch failed in the pass, through log");
+                tracing::warn!(target: "libreyolo_run::step::record", "our own warning in the pass");
+            });
+            tracing::warn!(target: "cubecl_runtime::logging::server", "launch failed after the pass");
+            held
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(held, 3, "{text}");
+        assert!(!text.contains("failed in the pass"), "{text}");
+        for shown in ["failed before the pass", "our own warning in the pass", "failed after the pass"] {
+            assert!(text.contains(shown), "{shown}: {text}");
+        }
+    }
 }

@@ -37,7 +37,7 @@ use libreyolo_stages::kinds::optimizer::{Saved, save_one, write_saved};
 use libreyolo_stages::stage::{AnyTensor, Board, Slot, Stage, StateMut, StepInfo, Value};
 
 use super::core::{Core, Mode, Tapes};
-use crate::capture::{Attempt, CaptureError, GraphOps, Verdict, one_graph};
+use crate::capture::{Attempt, CaptureError, GraphOps, Verdict, one_graph, quiet};
 
 /// A recorded graph segment of the region.
 struct Recorded {
@@ -486,6 +486,14 @@ enum PassError {
 
 /// A pass's outcome as this replica's vote: a refused window is a doubt (every replica tries
 /// once more), anything else a failure.
+/// The launches of a pass that failed, for its log line (none: nothing).
+fn failed_launches(held: usize) -> String {
+    match held {
+        0 => String::new(),
+        n => format!(" ({n} failed kernel launches in the pass, not printed one by one)"),
+    }
+}
+
 fn pass_verdict<T>(pass: &Result<T, PassError>) -> Verdict {
     match pass {
         Ok(_) => Verdict::Captured,
@@ -551,21 +559,23 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
             let mine = pass_verdict(pass);
             after_pass(mine, peers(mine), retried)
         };
-        let mut recorded = self.pass(&entry, &writers);
+        // A refused window's pass goes on over buffers the window never filled: the backend's
+        // line for each launch that fails in it is counted, not printed.
+        let (mut recorded, mut held) = quiet::holding(|| self.pass(&entry, &writers));
         let mut next = decide(&recorded, false);
         if next == AfterPass::PassAgain {
             log.push(match &recorded {
-                Err(PassError::Window(refused)) => format!("refused ({}); one more run", refused.replace('\n', " ")),
+                Err(PassError::Window(refused)) => format!("refused ({}){}; one more run", refused.replace('\n', " "), failed_launches(held)),
                 _ => "another GPU's window was refused; one more run".into(),
             });
             drop(recorded);
             let _ = self.core.device.sync();
             restore(&writers, &saved);
             log.push(self.warm_up(1, &entry, &writers, &saved, &mut figures, &mut after_eager).map_err(undo)?);
-            recorded = self.pass(&entry, &writers);
+            (recorded, held) = quiet::holding(|| self.pass(&entry, &writers));
             next = decide(&recorded, true);
         }
-        log.push(format!("the pass {:.2} s", started.elapsed().as_secs_f64()));
+        log.push(format!("the pass {:.2} s{}", started.elapsed().as_secs_f64(), failed_launches(held)));
         tracing::info!("cuda_graph: {}", log.join("; "));
         let _ = self.core.device.sync();
         restore(&writers, &saved);
