@@ -326,8 +326,10 @@ where
         fn callsite_enabled(&self, _: &'static tracing::Metadata<'static>) -> Interest {
             Interest::sometimes()
         }
+        // A hint either way: `And` with a filter of none has none, and a subscriber without one
+        // hands every `log::trace!` of the backend to tracing (the log bridge's level follows it).
         fn max_level_hint(&self) -> Option<LevelFilter> {
-            self.0.then_some(LevelFilter::WARN)
+            Some(if self.0 { LevelFilter::WARN } else { LevelFilter::TRACE })
         }
     }
     /// Counts the lines it is given.
@@ -364,6 +366,8 @@ mod tests {
         let buf = Buf::default();
         let writer = buf.clone();
         let subscriber = super::subscriber(tracing_subscriber::EnvFilter::new("info"), move || writer.clone(), false);
+        // The level the log bridge and tracing's call sites check first stays LIBREYOLO_LOG's.
+        assert_eq!(tracing::Subscriber::max_level_hint(&subscriber), Some(tracing_subscriber::filter::LevelFilter::INFO));
         let _ = tracing_log::LogTracer::init();
         let held = tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(target: "cubecl_runtime::logging::server", "launch failed before the pass");
