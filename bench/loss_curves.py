@@ -20,16 +20,20 @@ import re
 import sys
 
 
+LOSS = re.compile(r"train/(\w+)_loss")
+
+
+def losses(row):
+    """{term: loss} of one epoch's row (a missing value left out)."""
+    return {m.group(1): float(v) for k, v in row.items() if (m := LOSS.fullmatch(k)) and v not in (None, "")}
+
+
 def read(path):
     """{epoch (from 1): {term: loss}} of one run."""
-    rows = {}
     if path.endswith(".jsonl"):
-        for line in open(path):
-            j = json.loads(line)
-            rows[int(j["epoch"])] = {m.group(1): float(v) for k, v in j.items() if (m := re.fullmatch(r"train/(\w+)_loss", k)) and v is not None}
+        rows = {int(j["epoch"]): losses(j) for j in map(json.loads, open(path))}
     else:
-        for r in csv.DictReader(open(path)):
-            rows[int(r["epoch"]) + 1] = {m.group(1): float(v) for k, v in r.items() if (m := re.fullmatch(r"train/(\w+)_loss", k)) and v}
+        rows = {int(r["epoch"]) + 1: losses(r) for r in csv.DictReader(open(path))}
     if not rows:
         sys.exit(f"error: no per-epoch loss rows in {path}")
     return rows

@@ -484,8 +484,6 @@ enum PassError {
     Other(String),
 }
 
-/// A pass's outcome as this replica's vote: a refused window is a doubt (every replica tries
-/// once more), anything else a failure.
 /// The launches of a pass that failed, for its log line (none: nothing).
 fn failed_launches(held: usize) -> String {
     match held {
@@ -494,6 +492,8 @@ fn failed_launches(held: usize) -> String {
     }
 }
 
+/// A pass's outcome as this replica's vote: a refused window is a doubt (every replica tries
+/// once more), anything else a failure.
 fn pass_verdict<T>(pass: &Result<T, PassError>) -> Verdict {
     match pass {
         Ok(_) => Verdict::Captured,
