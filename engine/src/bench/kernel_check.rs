@@ -10,7 +10,7 @@ use burn::tensor::{Device, Distribution, FloatDType, Tensor};
 use libreyolo_kernels::batch_norm::batch_norm_act;
 use serde::Serialize;
 
-use super::ops::{OpCount, OpSpec, conv_output, rand, rand_channels_last};
+use super::ops::{OpCount, OpSpec, rand_channels_last, weight_grad_operands};
 
 /// One tensor's error at one shape.
 #[derive(Debug, Clone, Serialize)]
@@ -83,8 +83,7 @@ fn flat<const D: usize>(t: Tensor<D>) -> Tensor<1> {
 
 #[allow(clippy::too_many_arguments)]
 fn weight_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, dtype: FloatDType, device: &Device) -> Compared {
-    let x = rand(input, dtype, device);
-    let g = rand(conv_output(input, c_out, k, stride, padding), dtype, device);
+    let (x, g) = weight_grad_operands(input, c_out, k, stride, padding, dtype, device);
     let w = Tensor::<4>::zeros([c_out, input[1] / groups, k, k], device).cast(dtype);
     let o = ConvOptions::new([stride; 2], [padding; 2], [1, 1], groups);
     let got = on_cpu(&conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()));

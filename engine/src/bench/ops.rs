@@ -196,6 +196,25 @@ pub(super) fn rand_channels_last(dims: [usize; 4], distribution: Distribution, d
     Tensor::<4>::random([n, h, w, c], distribution, device).cast(dtype).permute([0, 3, 1, 2])
 }
 
+/// A weight gradient's operands as the training step holds them: the gradient channels-last (a
+/// convolution's layout), the input too unless it is the 3-channel image, which the loader
+/// gives in NCHW. The layout picks the kernel on CUDA (vendor/README.md: the vector kernel
+/// needs both channels-last), so NCHW operands would time and check another kernel than the
+/// step runs.
+pub(super) fn weight_grad_operands(
+    input: [usize; 4],
+    c_out: usize,
+    k: usize,
+    stride: usize,
+    padding: usize,
+    dtype: FloatDType,
+    device: &Device,
+) -> (Tensor<4>, Tensor<4>) {
+    let uniform = Distribution::Uniform(-1.0, 1.0);
+    let x = if input[1] == 3 { rand(input, dtype, device) } else { rand_channels_last(input, uniform, dtype, device) };
+    (x, rand_channels_last(conv_output(input, c_out, k, stride, padding), uniform, dtype, device))
+}
+
 /// Times every op of `ops` in `dtype` on the timer's device.
 pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
     let device = timer.device;
@@ -227,9 +246,8 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 })
             }
             OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => {
-                let x = rand(*input, dtype, device);
+                let (x, g) = weight_grad_operands(*input, *c_out, *k, *stride, *padding, dtype, device);
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
-                let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
                 timer.time(&name, || repeat(REPS, || conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone())))
             }

@@ -24,13 +24,14 @@ use cubek::convolution::components::ConvSetupError;
 use cubek::reduce::components::instructions::ReduceOperationConfig;
 
 use super::split_k_mma::{MMA_UNITS, wgrad_split_k_mma_kernel};
+use super::split_k_mma_vec::{self, wgrad_split_k_mma_vec_kernel};
 use crate::{
     kernel::{
         cast,
         reduce::{KernelReduceStrategy, reduce_dim},
         utils::address_type,
     },
-    ops::{numeric::empty_device_dtype, reshape},
+    ops::{max_vector_size_many, numeric::empty_device_dtype, reshape},
     tensor::CubeTensor,
 };
 
@@ -283,7 +284,9 @@ pub fn wgrad_split_k<const N: usize>(
     let (target_cubes, min_rows) = split_knobs();
     let by_rows = (rows / min_rows).max(1);
     let splits = target_cubes.div_ceil(tiles).clamp(1, by_rows);
-    let rows_per_split = rows.div_ceil(splits).next_multiple_of(ROWS);
+    // A multiple of the vector kernel's stage (itself a multiple of ROWS) for every kernel, so
+    // the two tensor-core kernels split the rows alike and agree bit for bit.
+    let rows_per_split = rows.div_ceil(splits).next_multiple_of(split_k_mma_vec::ROWS);
     let splits = rows.div_ceil(rows_per_split);
 
     // Channel-last in memory (a convolution's own output) or not (e.g. NCHW from elsewhere).
@@ -302,7 +305,31 @@ pub fn wgrad_split_k<const N: usize>(
     }
     // 64-bit offsets where a tensor holds more than 2^32 elements (u32 below, as before).
     let address = address_type!(input, out_grad, partials);
-    if use_tensor_cores(&client, dtype) {
+    let kernel = wgrad_kernel(&client, dtype);
+    let vectors = kernel == WgradKernel::TensorCoresVectors
+        && !cols_by_row
+        && !grad_by_row
+        && c_in % split_k_mma_vec::VEC == 0
+        && c_out % split_k_mma_vec::VEC == 0
+        && max_vector_size_many(&[&input, &out_grad], 3) >= split_k_mma_vec::VEC;
+    if vectors {
+        wgrad_split_k_mma_vec_kernel::launch(
+            &client,
+            CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
+            CubeDim::new_1d(MMA_UNITS as u32),
+            address,
+            split_k_mma_vec::VEC,
+            input.into_tensor_arg(),
+            out_grad.into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
+            shape,
+            conv,
+            rm,
+            dtype_to_storage_type(dtype),
+        );
+        return sum_splits(partials, dtype, weight_shape);
+    }
+    if kernel != WgradKernel::CudaCores {
         wgrad_split_k_mma_kernel::launch(
             &client,
             CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
@@ -346,15 +373,37 @@ fn sum_splits(partials: CubeTensor, dtype: DType, weight_shape: Shape) -> Result
     Ok(reshape(cast(summed, dtype), weight_shape))
 }
 
-/// Whether the 16-bit operands go through the tensor-core kernel (`split_k_mma.rs`): f16 and
-/// bf16 where the device has 16x16x16 fragments of that type accumulating in f32 and 32-unit
-/// warps, unless
-/// `BURN_WGRAD_MMA=0` (the CUDA-core kernel, for A/B measurements).
-fn use_tensor_cores(client: &cubecl::client::Client, dtype: DType) -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *OFF.get_or_init(|| std::env::var("BURN_WGRAD_MMA").is_ok_and(|v| v.trim() == "0")) {
-        return false;
+/// Which split-K kernel computes a weight gradient.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum WgradKernel {
+    /// `wgrad_split_k_kernel` above: f32 products on CUDA cores.
+    CudaCores,
+    /// `split_k_mma.rs`: tensor cores, one 2-byte gather a value.
+    TensorCores,
+    /// `split_k_mma_vec.rs`: tensor cores, 16-byte gathers, where both tensors' channels are
+    /// contiguous multiples of 8 (else `TensorCores`).
+    TensorCoresVectors,
+}
+
+/// The kernel for `dtype` on this device: the tensor-core kernels for f16 and bf16 where the
+/// device has 16x16x16 fragments of that type accumulating in f32 and 32-unit warps, the
+/// CUDA-core one otherwise. `BURN_WGRAD_MMA` picks one for A/B measurements: `0` the CUDA-core
+/// kernel, `gather` the tensor-core kernel without vectors.
+fn wgrad_kernel(client: &cubecl::client::Client, dtype: DType) -> WgradKernel {
+    static CHOICE: std::sync::OnceLock<Option<WgradKernel>> = std::sync::OnceLock::new();
+    let forced = *CHOICE.get_or_init(|| match std::env::var("BURN_WGRAD_MMA").ok().as_deref().map(str::trim) {
+        Some("0") => Some(WgradKernel::CudaCores),
+        Some("gather") => Some(WgradKernel::TensorCores),
+        _ => None,
+    });
+    if forced == Some(WgradKernel::CudaCores) || !use_tensor_cores(client, dtype) {
+        return WgradKernel::CudaCores;
     }
+    forced.unwrap_or(WgradKernel::TensorCoresVectors)
+}
+
+/// Whether the device multiplies `dtype` on tensor cores as the kernels need.
+fn use_tensor_cores(client: &cubecl::client::Client, dtype: DType) -> bool {
     // The kernel lays its eight warps out as 32 units each.
     let hardware = &client.properties().hardware;
     if hardware.plane_size_min != 32 || hardware.plane_size_max != 32 {
