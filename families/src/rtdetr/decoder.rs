@@ -11,7 +11,7 @@
 use std::rc::Rc;
 
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Bool, Tensor, TensorData};
+use burn::tensor::{Bool, FloatDType, Tensor, TensorData};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -180,7 +180,7 @@ impl RtDetrDecoder {
         // `nn.Embedding(padding_idx=nc)`: the padding row is read but never trained
         let table = Tensor::cat(vec![table.clone().slice_dim(0, 0..self.nc), table.slice_dim(0, self.nc..self.nc + 1).detach()], 0);
         let queries = table.select(0, dn.class_indices()).reshape([b, n, c]);
-        let dtype = burn::tensor::FloatDType::from(reference.dtype());
+        let dtype = FloatDType::from(reference.dtype());
         (queries, dn.boxes.clone().cast(dtype), dn.blocked())
     }
 
@@ -197,18 +197,21 @@ impl RtDetrDecoder {
         );
         let (anchors, valid) = anchors(shapes);
         let device = memory.device();
-        let dtype = burn::tensor::FloatDType::from(memory.dtype());
-        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device).cast(dtype);
+        let dtype = FloatDType::from(memory.dtype());
+        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device);
         let valid = Tensor::<3>::from_data(TensorData::new(valid, [1, s, 1]), &device).cast(dtype);
         let features = self.enc_norm.forward(self.enc_output.forward(memory.mul(valid), cx), cx);
         let enc_class = self.enc_score_head.forward(features.clone(), cx);
-        let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).add(anchors);
+        // The boxes in f32 from here on whatever the compute dtype, as under LibreYOLO's autocast,
+        // where the f32 anchors promote the sum: in bf16 a box coordinate near 0.5 moves in steps
+        // of 0.002, a floor under the L1 loss that training reaches within 2,000 steps.
+        let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).cast(FloatDType::F32).add(anchors);
         // The choice in f32: under bf16 many scores tie, and burn's top-k of a bf16 tensor in eval
         // failed every kernel on the H200 (its values' and indices' rows padded to different
         // strides), leaving the indices unwritten. Without autodiff: only the indices are used,
         // and burn's autodiff top-k sorts the whole row on the host (a read back every step, and
         // no CUDA graph can hold it), where the inner backend's runs on the device.
-        let scores = enc_class.clone().without_autodiff().max_dim(2).reshape([b, s]).cast(burn::tensor::FloatDType::F32);
+        let scores = enc_class.clone().without_autodiff().max_dim(2).reshape([b, s]).cast(FloatDType::F32);
         let (_, index) = scores.topk_with_indices(self.queries, 1);
         let index = index.reshape([b, self.queries, 1]);
         let pick = |t: Tensor<3>, width: usize| t.gather(1, index.clone().repeat_dim(2, width));
@@ -221,18 +224,21 @@ impl RtDetrDecoder {
 
     /// The decoder layers from the chosen queries: each layer's boxes and logits (eval: the
     /// last layer's only). A layer's reference boxes are the previous layer's, detached in
-    /// training; its boxes for the loss refine the previous layer's undetached boxes.
+    /// training; its boxes for the loss refine the previous layer's undetached boxes. The boxes
+    /// stay in f32 (`reference` is): only the layers' deltas are in the compute dtype, as under
+    /// LibreYOLO's autocast.
     fn decode_queries(&self, target: Tensor<3>, reference: Tensor<3>, memory: &Memory, cx: &Ctx) -> (Vec<Tensor<3>>, Vec<Tensor<3>>) {
         let training = cx.training();
+        let compute = FloatDType::from(target.dtype());
         let (mut boxes, mut logits) = (vec![], vec![]);
         let mut detached = sigmoid(reference);
         let mut previous = detached.clone();
         let mut out = target;
         let last = self.layers.len() - 1;
         for (i, layer) in self.layers.iter().enumerate() {
-            let pos = self.query_pos_head.forward(detached.clone(), cx);
+            let pos = self.query_pos_head.forward(detached.clone().cast(compute), cx);
             out = layer.forward(out, detached.clone(), pos, memory, cx);
-            let delta = self.dec_bbox_head[i].forward(out.clone(), cx);
+            let delta = self.dec_bbox_head[i].forward(out.clone(), cx).cast(FloatDType::F32);
             let refined = sigmoid(delta.clone().add(inverse_sigmoid(detached.clone())));
             if training {
                 logits.push(self.dec_score_head[i].forward(out.clone(), cx));
@@ -308,7 +314,7 @@ impl Detector for RtDetrDecoder {
 fn decode(boxes: &Tensor<4>, logits: &Tensor<4>, [height, width]: [usize; 2]) -> Tensor<3> {
     let last = |m: &Tensor<4>| {
         let [l, b, q, c] = m.dims();
-        m.clone().cast(burn::tensor::FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
+        m.clone().cast(FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
     };
     let (boxes, logits) = (last(boxes), last(logits));
     let part = |i: usize| boxes.clone().narrow(2, i, 1);
