@@ -78,15 +78,18 @@ impl AnyTensor {
         crate::each_rank!(self, t => t.grad(grads).unwrap_or_else(|| t.clone().inner().zeros_like()))
     }
 
-    /// `sum(self * other)` as `[1]` (self keeps its autodiff; `other` is a constant).
+    /// `sum(self * other)` as `[1]` in f32 (self keeps its autodiff; `other` is a constant): a
+    /// part's outputs may mix dtypes (RT-DETR's boxes are f32 under bf16), and their dots are
+    /// summed into one objective.
     pub fn dot(&self, other: &AnyTensor) -> Tensor<1> {
-        match (self, other) {
+        let dot = match (self, other) {
             (AnyTensor::R1(a), AnyTensor::R1(b)) => a.clone().mul(b.clone().autodiff()).sum(),
             (AnyTensor::R2(a), AnyTensor::R2(b)) => a.clone().mul(b.clone().autodiff()).sum(),
             (AnyTensor::R3(a), AnyTensor::R3(b)) => a.clone().mul(b.clone().autodiff()).sum(),
             (AnyTensor::R4(a), AnyTensor::R4(b)) => a.clone().mul(b.clone().autodiff()).sum(),
             _ => panic!("dot of tensors of different ranks"),
-        }
+        };
+        dot.cast(FloatDType::F32)
     }
 
     /// `sum(self^2)` as `[1]`, detached.
@@ -224,5 +227,28 @@ pub fn update_in_place<const D: usize>(t: &mut Tensor<D>, stable: bool, f: impl 
         write_into(t, new);
     } else {
         t.inplace(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Dots of outputs in two dtypes add into one objective whose gradient reaches both.
+    #[test]
+    fn dots_of_mixed_dtypes_sum_in_f32() {
+        let device = Device::flex();
+        let wide = Tensor::<4>::ones([1, 2, 2, 2], &device).autodiff().require_grad();
+        let narrow = Tensor::<4>::ones([1, 2, 2, 2], &device).cast(FloatDType::BF16).autodiff().require_grad();
+        let upstream = |dtype| AnyTensor::R4(Tensor::<4>::full([1, 2, 2, 2], 0.5, &device).cast(dtype));
+        let (a, b) = (AnyTensor::R4(wide.clone()).dot(&upstream(FloatDType::F32)), AnyTensor::R4(narrow.clone()).dot(&upstream(FloatDType::BF16)));
+        assert_eq!((FloatDType::from(a.dtype()), FloatDType::from(b.dtype())), (FloatDType::F32, FloatDType::F32));
+        let objective = a.add(b);
+        assert_eq!(objective.clone().inner().into_data().try_to_vec::<f32>().unwrap(), vec![8.0]);
+        let grads = objective.backward();
+        for leaf in [wide, narrow] {
+            let g = leaf.grad(&grads).expect("reaches the objective").cast(FloatDType::F32);
+            assert_eq!(g.into_data().try_to_vec::<f32>().unwrap(), vec![0.5; 8]);
+        }
     }
 }

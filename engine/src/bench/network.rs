@@ -39,7 +39,8 @@ pub fn run(cfg: &NetworkBench, network: &Network, params: &ParamStore, timer: &T
     let train = timer.time(&format!("forward+backward (train) {tag}"), || {
         let cx = Ctx::train(&params);
         let maps = network.forward(images.clone(), &cx, false).main;
-        let loss = maps.into_iter().map(|m| m.mean()).reduce(|a, b| a.add(b)).expect("three maps");
+        // in f32: a head's maps may mix dtypes (RT-DETR's boxes stay f32 under bf16)
+        let loss = maps.into_iter().map(|m| m.mean().cast(FloatDType::F32)).reduce(|a, b| a.add(b)).expect("three maps");
         let grads = loss.backward();
         cx.gradients(&grads)
     });

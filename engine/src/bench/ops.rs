@@ -196,11 +196,12 @@ pub(super) fn rand_channels_last(dims: [usize; 4], distribution: Distribution, d
     Tensor::<4>::random([n, h, w, c], distribution, device).cast(dtype).permute([0, 3, 1, 2])
 }
 
-/// A weight gradient's operands as the training step holds them: the gradient channels-last (a
-/// convolution's layout), the input too unless it is the 3-channel image, which the loader
-/// gives in NCHW. The layout picks the kernel on CUDA (vendor/README.md: the vector kernel
-/// needs both channels-last), so NCHW operands would time and check another kernel than the
-/// step runs.
+/// A weight gradient's operands as the training step mostly holds them: the gradient
+/// channels-last (a convolution's layout), the input too unless it is the 3-channel image, which
+/// the loader gives in NCHW. The layout picks the kernel on CUDA (vendor/README.md: the vector
+/// kernel needs both channels-last), so NCHW operands would time and check another kernel than
+/// the step runs. Not exact: an op spec has no layout, and a few inputs of the step are NCHW
+/// besides the image (YOLOX's Focus output, 12 channels), which this gives channels-last.
 pub(super) fn weight_grad_operands(
     input: [usize; 4],
     c_out: usize,

@@ -198,7 +198,7 @@ impl RtDetrDecoder {
         let (anchors, valid) = anchors(shapes);
         let device = memory.device();
         let dtype = FloatDType::from(memory.dtype());
-        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device);
+        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device).cast(FloatDType::F32);
         let valid = Tensor::<3>::from_data(TensorData::new(valid, [1, s, 1]), &device).cast(dtype);
         let features = self.enc_norm.forward(self.enc_output.forward(memory.mul(valid), cx), cx);
         let enc_class = self.enc_score_head.forward(features.clone(), cx);

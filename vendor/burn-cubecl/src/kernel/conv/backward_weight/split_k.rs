@@ -311,7 +311,9 @@ pub fn wgrad_split_k<const N: usize>(
         && !grad_by_row
         && c_in % split_k_mma_vec::VEC == 0
         && c_out % split_k_mma_vec::VEC == 0
-        && max_vector_size_many(&[&input, &out_grad], 3) >= split_k_mma_vec::VEC;
+        && max_vector_size_many(&[&input, &out_grad], 3) >= split_k_mma_vec::VEC
+        // the kernel divides whole element offsets by the width: every outer stride a multiple
+        && [&input, &out_grad].iter().all(|t| t.meta.strides()[..3].iter().all(|s| s % split_k_mma_vec::VEC == 0));
     if vectors {
         wgrad_split_k_mma_vec_kernel::launch(
             &client,
@@ -388,7 +390,7 @@ enum WgradKernel {
 /// The kernel for `dtype` on this device: the tensor-core kernels for f16 and bf16 where the
 /// device has 16x16x16 fragments of that type accumulating in f32 and 32-unit warps, the
 /// CUDA-core one otherwise. `BURN_WGRAD_MMA` picks one for A/B measurements: `0` the CUDA-core
-/// kernel, `gather` the tensor-core kernel without vectors.
+/// kernel, `gather` the tensor-core kernel without vectors (any other value: the default).
 fn wgrad_kernel(client: &cubecl::client::Client, dtype: DType) -> WgradKernel {
     static CHOICE: std::sync::OnceLock<Option<WgradKernel>> = std::sync::OnceLock::new();
     let forced = *CHOICE.get_or_init(|| match std::env::var("BURN_WGRAD_MMA").ok().as_deref().map(str::trim) {

@@ -2,14 +2,17 @@
 //! stages and the next stage's loads in flight during the current stage's products
 //! (libreyolo-run's patch; vendor/README.md).
 //!
-//! `split_k_mma.rs` moved the product onto tensor cores and gained only 1.3x (37.4 -> 28.0 ms of
-//! YOLOv9-t's step at b16 on the H200): the time is in the gathers, not the product. Each of its
-//! units loads eight 2-byte values a stage, each with its own address arithmetic and bounds
-//! check, and waits for them before the cube can multiply. Where both tensors keep their channels
-//! contiguous and a multiple of 8 (every layer but an NCHW image's), eight neighbouring channels
-//! of one row share their tap, their bounds check and their address: here a unit moves them as
-//! one 16-byte vector, and issues the next stage's vectors into registers before the products of
-//! the current one, so their latency hides behind the tensor cores.
+//! `split_k_mma.rs` moved the product onto tensor cores and gained only 1.3x (YOLOv9-t's weight
+//! gradients 37.4 -> 28.0 ms a step at b16 on the H200): the time is in the gathers, not the
+//! product. Each of its units loads eight column values and 2 x rm gradient values a stage as
+//! 2-byte loads, each with its own address arithmetic and bounds check, and waits for them
+//! before the cube can multiply. Where both tensors keep their channels contiguous and both
+//! channel counts are multiples of 8 (most layers; not a convolution of an NCHW input such as the
+//! image or YOLOX's Focus output, nor one with 1, 4 or another count of output channels not a
+//! multiple of 8), eight neighbouring channels of one row share their tap, their bounds check
+//! and their address: here a unit moves them as one 16-byte vector, and issues the next stage's
+//! vectors into registers before the products of the current one, so their latency hides behind
+//! the tensor cores.
 //!
 //! The arithmetic is `split_k_mma.rs`'s: the same tile, the same 16-row fragment steps in the
 //! same order into the same accumulators (a stage holds four steps instead of two), so with the
@@ -91,7 +94,8 @@ pub fn wgrad_split_k_mma_vec_kernel<E: Float, N: Size>(
     let grad_pitch = comptime!(FRAG * rm + PAD16);
     let mut col_stage = Shared::<[Vector<E, N>]>::new_aligned_slice(col_len, 32usize);
     let mut grad_stage = Shared::<[Vector<E, N>]>::new_aligned_slice(grad_len, 32usize);
-    // Each row's decomposition, for two stages: the one being gathered and the next.
+    // Each row's decomposition, for two stages: the one being gathered and the next. (The two
+    // barriers of a turn would also keep one buffer safe; two keep the turn's order free.)
     let mut row_image = Shared::<[usize]>::new_slice(comptime!(2 * ROWS));
     let mut row_h = Shared::<[u32]>::new_slice(comptime!(2 * ROWS));
     let mut row_w = Shared::<[u32]>::new_slice(comptime!(2 * ROWS));
