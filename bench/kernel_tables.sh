@@ -6,9 +6,10 @@
 #
 #   scripts/gpu.sh remote '@540:sh:bash bench/kernel_tables.sh yolo9t mobilenetv4s resnet18 yoloxt'
 #
-# Writes $OUT/kernels_NAME.txt (the tables and the run's capture lines) and
-# $OUT/kernels_NAME.json (`profile kernels --json`). Needs .gpu/coco128; the classifiers train on
-# `bench/make_crops.py`'s crops of it (made here). BATCH (16), DTYPE (bf16), TOP (40), LIMIT_S
+# Writes $OUT/kernels_NAME.txt (the tables, the run's capture lines and peak memory),
+# $OUT/kernels_NAME.json (`profile kernels --json`) and $OUT/kernels_NAME.log.xz (the run's
+# log). Needs .gpu/coco128; the classifiers train on `bench/make_crops.py`'s crops of it (made
+# here). BATCH (16), DTYPE (bf16), TOP (40), LIMIT_S
 # (each run's limit, 150), DEVICE (0) and EXTRA (more overrides, after these) as environment
 # variables; a CPU smoke run: DEVICE=cpu EXTRA="imgsz=64 profile.warmup=1 profile.steps=2".
 set -uo pipefail
@@ -35,10 +36,14 @@ for name in "$@"; do
     rc=$?
     {
         echo "# $name, batch $batch, $dtype, whole step captured: exit $rc"
-        grep -E "cuda_graph|CUPTI|error" "$work/$name.log" | head -8
+        # the capture's and replays' lines first: a warning's several lines must not crowd them out
+        grep -E "cuda_graph|CUPTI" "$work/$name.log" | head -12
+        grep -E "ERROR|WARN" "$work/$name.log" | grep -v "cuda_graph" | head -4
+        grep -o '"peak_memory_mb": *[0-9.]*' "$work/$name/profile.json" | head -1
         "$BIN" profile phases "$work/$name/profile.json"
         "$BIN" profile kernels "$work/$name/profile.json" --top "$top"
     } > "$OUT/kernels_$name.txt" 2>&1
     "$BIN" profile kernels "$work/$name/profile.json" --top "$top" --json > "$OUT/kernels_$name.json" 2> /dev/null
+    xz -c "$work/$name.log" > "$OUT/kernels_$name.log.xz" # the whole run's log, for what the tables do not say
     tail -n 3 "$work/$name.log"
 done

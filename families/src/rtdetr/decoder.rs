@@ -179,9 +179,10 @@ impl RtDetrDecoder {
         let c = table.dims()[1];
         // `nn.Embedding(padding_idx=nc)`: the padding row is read but never trained
         let table = Tensor::cat(vec![table.clone().slice_dim(0, 0..self.nc), table.slice_dim(0, self.nc..self.nc + 1).detach()], 0);
-        let queries = table.select(0, dn.class_indices()).reshape([b, n, c]);
-        let dtype = FloatDType::from(reference.dtype());
-        (queries, dn.boxes.clone().cast(dtype), dn.blocked())
+        // in f32, beside the encoder's queries (a LayerNorm's output): autocast leaves an
+        // embedding's f32 weights as they are
+        let queries = table.select(0, dn.class_indices()).reshape([b, n, c]).cast(FloatDType::F32);
+        (queries, dn.boxes.clone().cast(FloatDType::F32), dn.blocked())
     }
 
     /// The encoder's tokens scored and boxed, and the `queries` best chosen: their features
@@ -198,14 +199,13 @@ impl RtDetrDecoder {
         let (anchors, valid) = anchors(shapes);
         let device = memory.device();
         let dtype = FloatDType::from(memory.dtype());
-        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device).cast(FloatDType::F32);
+        // The anchors in the maps' dtype, as LibreYOLO 1.6 casts them (`anchors.to(memory.dtype)`):
+        // under bf16 the encoder's boxes are bf16; the decoder's start from them in f32 (below).
+        let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device).cast(dtype);
         let valid = Tensor::<3>::from_data(TensorData::new(valid, [1, s, 1]), &device).cast(dtype);
         let features = self.enc_norm.forward(self.enc_output.forward(memory.mul(valid), cx), cx);
         let enc_class = self.enc_score_head.forward(features.clone(), cx);
-        // The boxes in f32 from here on whatever the compute dtype, as under LibreYOLO's autocast,
-        // where the f32 anchors promote the sum: in bf16 a box coordinate near 0.5 moves in steps
-        // of 0.002, a floor under the L1 loss that training reaches within 2,000 steps.
-        let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).cast(FloatDType::F32).add(anchors);
+        let enc_coord = self.enc_bbox_head.forward(features.clone(), cx).add(anchors);
         // The choice in f32: under bf16 many scores tie, and burn's top-k of a bf16 tensor in eval
         // failed every kernel on the H200 (its values' and indices' rows padded to different
         // strides), leaving the indices unwritten. Without autodiff: only the indices are used,
@@ -219,24 +219,27 @@ impl RtDetrDecoder {
         let enc_boxes = sigmoid(reference.clone());
         let enc_logits = pick(enc_class, self.nc);
         let target = pick(features, c).detach();
-        (target, reference.detach(), enc_boxes, enc_logits)
+        // The decoder's reference boxes in f32 from here on (LibreYOLO's concatenation with the
+        // f32 denoising boxes promotes them; its refinements add f32 `inverse_sigmoid`s): in bf16
+        // a box coordinate near 0.5 moves in steps of 0.002.
+        (target, reference.detach().cast(FloatDType::F32), enc_boxes, enc_logits)
     }
 
     /// The decoder layers from the chosen queries: each layer's boxes and logits (eval: the
     /// last layer's only). A layer's reference boxes are the previous layer's, detached in
     /// training; its boxes for the loss refine the previous layer's undetached boxes. The boxes
-    /// stay in f32 (`reference` is): only the layers' deltas are in the compute dtype, as under
-    /// LibreYOLO's autocast.
+    /// stay in f32 (`reference` is), and so do the queries between layers (`target` is a
+    /// LayerNorm's output): only the layers' deltas, logits and position embeddings are in the
+    /// compute dtype, as under LibreYOLO's autocast.
     fn decode_queries(&self, target: Tensor<3>, reference: Tensor<3>, memory: &Memory, cx: &Ctx) -> (Vec<Tensor<3>>, Vec<Tensor<3>>) {
         let training = cx.training();
-        let compute = FloatDType::from(target.dtype());
         let (mut boxes, mut logits) = (vec![], vec![]);
         let mut detached = sigmoid(reference);
         let mut previous = detached.clone();
         let mut out = target;
         let last = self.layers.len() - 1;
         for (i, layer) in self.layers.iter().enumerate() {
-            let pos = self.query_pos_head.forward(detached.clone().cast(compute), cx);
+            let pos = self.query_pos_head.forward(detached.clone(), cx);
             out = layer.forward(out, detached.clone(), pos, memory, cx);
             let delta = self.dec_bbox_head[i].forward(out.clone(), cx).cast(FloatDType::F32);
             let refined = sigmoid(delta.clone().add(inverse_sigmoid(detached.clone())));
