@@ -250,25 +250,21 @@ fn padded_denoising_slots_leave_the_step_unchanged() {
     }
 }
 
-/// Under bf16 the decoder's boxes stay in f32, as under LibreYOLO 1.6's autocast (the f32
-/// denoising boxes promote its reference boxes, its f32 `inverse_sigmoid` every refinement); the
-/// encoder's boxes and every logit are in the compute dtype (it casts its anchors to the maps'
-/// dtype). A bf16 box would move in steps of 0.002 near 0.5. The whole step (denoising queries,
-/// loss, backward) runs so.
+/// The denoising step — queries, forward, loss, backward — runs under bf16 with every map in
+/// bf16 (the precision LibreYOLO's four seeds were matched with; the f32 decoder boxes and
+/// residual stream tried on 2026-12-06 stalled the box losses in three of four GPU runs and
+/// were withdrawn, docs/benchmarks.md), a finite loss and finite gradients.
 #[test]
-fn narrow_rtdetr_keeps_its_boxes_in_f32_under_bf16() {
+fn narrow_rtdetr_denoising_step_runs_in_bf16() {
     let step = DenoisingStep::open();
     let (maps, terms, grads) = step.run_in(&step.dn, Some(FloatDType::BF16));
     // (not compared with the f32 fixture: in bf16 the encoder's scores tie and the top-k picks
     // other queries)
     let names = ["boxes", "logits", "enc_boxes", "enc_logits", "dn_boxes", "dn_logits"];
     assert_eq!(maps.len(), names.len());
-    for (i, (map, name)) in maps.iter().zip(names).enumerate() {
-        let dtype = if i % 2 == 0 && name != "enc_boxes" { FloatDType::F32 } else { FloatDType::BF16 };
-        assert_eq!(FloatDType::from(map.dtype()), dtype, "{name} under bf16");
+    for (map, name) in maps.iter().zip(names) {
+        assert_eq!(FloatDType::from(map.dtype()), FloatDType::BF16, "{name} under bf16");
     }
-    // more precision than bf16 holds: some box is not a bf16 value
-    assert!(read(&maps[0]).1.iter().any(|v| v.to_bits() & 0xffff != 0), "every box is a bf16 value");
     let total = read(&terms.total).1[0];
     assert!(total.is_finite() && total > 0.0, "bf16 loss {total}");
     assert!(grads.iter().all(|(_, g)| read(g).1.iter().all(|v| v.is_finite())), "a gradient is not finite");

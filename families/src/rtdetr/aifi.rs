@@ -11,7 +11,7 @@ use crate::block::BlockKind;
 use crate::ctx::Ctx;
 use crate::params::Builder;
 use crate::topology::TopologyError;
-use crate::transformer::{LayerNorm, Linear, MultiheadAttention, add_promoted, map, tokens};
+use crate::transformer::{LayerNorm, Linear, MultiheadAttention, map, tokens};
 
 /// `nn.TransformerEncoderLayer`-style, post-norm: keys `self_attn`, `linear1`, `linear2`,
 /// `norm1`, `norm2`.
@@ -36,11 +36,11 @@ impl EncoderLayer {
     }
 
     fn forward(&self, src: Tensor<3>, pos: Tensor<3>, cx: &Ctx) -> Tensor<3> {
-        let q = add_promoted(src.clone(), pos);
+        let q = src.clone().add(pos);
         let attended = self.self_attn.forward(q.clone(), q, src.clone(), None, cx);
-        let src = self.norm1.forward(add_promoted(src, attended), cx);
+        let src = self.norm1.forward(src.add(attended), cx);
         let ffn = self.linear2.forward(gelu(self.linear1.forward(src.clone(), cx)), cx);
-        self.norm2.forward(add_promoted(src, ffn), cx)
+        self.norm2.forward(src.add(ffn), cx)
     }
 }
 
@@ -54,13 +54,10 @@ pub struct Aifi {
 impl Aifi {
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
         let [_, _, h, w] = x.dims();
-        // The embedding in the input's dtype, as LibreYOLO's `with_pos_embed` casts it; the
-        // layers' residual stream is f32 after their first LayerNorm (autocast's), and the map
-        // leaves in the input's dtype, as the next convolution would cast it under autocast.
-        let dtype = burn::tensor::FloatDType::from(x.dtype());
-        let pos = Tensor::<3>::from_data(TensorData::new(sincos(w, h, self.dim, self.temperature), [1, h * w, self.dim]), &x.device()).cast(dtype);
+        let pos = Tensor::<3>::from_data(TensorData::new(sincos(w, h, self.dim, self.temperature), [1, h * w, self.dim]), &x.device())
+            .cast(burn::tensor::FloatDType::from(x.dtype()));
         let out = self.layers.iter().fold(tokens(x), |src, layer| layer.forward(src, pos.clone(), cx));
-        map(out.cast(dtype), h, w)
+        map(out, h, w)
     }
 }
 

@@ -11,7 +11,7 @@
 use std::rc::Rc;
 
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Bool, FloatDType, Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -179,10 +179,9 @@ impl RtDetrDecoder {
         let c = table.dims()[1];
         // `nn.Embedding(padding_idx=nc)`: the padding row is read but never trained
         let table = Tensor::cat(vec![table.clone().slice_dim(0, 0..self.nc), table.slice_dim(0, self.nc..self.nc + 1).detach()], 0);
-        // in f32, beside the encoder's queries (a LayerNorm's output): autocast leaves an
-        // embedding's f32 weights as they are
-        let queries = table.select(0, dn.class_indices()).reshape([b, n, c]).cast(FloatDType::F32);
-        (queries, dn.boxes.clone().cast(FloatDType::F32), dn.blocked())
+        let queries = table.select(0, dn.class_indices()).reshape([b, n, c]);
+        let dtype = burn::tensor::FloatDType::from(reference.dtype());
+        (queries, dn.boxes.clone().cast(dtype), dn.blocked())
     }
 
     /// The encoder's tokens scored and boxed, and the `queries` best chosen: their features
@@ -198,9 +197,7 @@ impl RtDetrDecoder {
         );
         let (anchors, valid) = anchors(shapes);
         let device = memory.device();
-        let dtype = FloatDType::from(memory.dtype());
-        // The anchors in the maps' dtype, as LibreYOLO 1.6 casts them (`anchors.to(memory.dtype)`):
-        // under bf16 the encoder's boxes are bf16; the decoder's start from them in f32 (below).
+        let dtype = burn::tensor::FloatDType::from(memory.dtype());
         let anchors = Tensor::<3>::from_data(TensorData::new(anchors, [1, s, 4]), &device).cast(dtype);
         let valid = Tensor::<3>::from_data(TensorData::new(valid, [1, s, 1]), &device).cast(dtype);
         let features = self.enc_norm.forward(self.enc_output.forward(memory.mul(valid), cx), cx);
@@ -211,7 +208,7 @@ impl RtDetrDecoder {
         // strides), leaving the indices unwritten. Without autodiff: only the indices are used,
         // and burn's autodiff top-k sorts the whole row on the host (a read back every step, and
         // no CUDA graph can hold it), where the inner backend's runs on the device.
-        let scores = enc_class.clone().without_autodiff().max_dim(2).reshape([b, s]).cast(FloatDType::F32);
+        let scores = enc_class.clone().without_autodiff().max_dim(2).reshape([b, s]).cast(burn::tensor::FloatDType::F32);
         let (_, index) = scores.topk_with_indices(self.queries, 1);
         let index = index.reshape([b, self.queries, 1]);
         let pick = |t: Tensor<3>, width: usize| t.gather(1, index.clone().repeat_dim(2, width));
@@ -219,18 +216,12 @@ impl RtDetrDecoder {
         let enc_boxes = sigmoid(reference.clone());
         let enc_logits = pick(enc_class, self.nc);
         let target = pick(features, c).detach();
-        // The decoder's reference boxes in f32 from here on (LibreYOLO's concatenation with the
-        // f32 denoising boxes promotes them; its refinements add f32 `inverse_sigmoid`s): in bf16
-        // a box coordinate near 0.5 moves in steps of 0.002.
-        (target, reference.detach().cast(FloatDType::F32), enc_boxes, enc_logits)
+        (target, reference.detach(), enc_boxes, enc_logits)
     }
 
     /// The decoder layers from the chosen queries: each layer's boxes and logits (eval: the
     /// last layer's only). A layer's reference boxes are the previous layer's, detached in
-    /// training; its boxes for the loss refine the previous layer's undetached boxes. The boxes
-    /// stay in f32 (`reference` is), and so do the queries between layers (`target` is a
-    /// LayerNorm's output): only the layers' deltas, logits and position embeddings are in the
-    /// compute dtype, as under LibreYOLO's autocast.
+    /// training; its boxes for the loss refine the previous layer's undetached boxes.
     fn decode_queries(&self, target: Tensor<3>, reference: Tensor<3>, memory: &Memory, cx: &Ctx) -> (Vec<Tensor<3>>, Vec<Tensor<3>>) {
         let training = cx.training();
         let (mut boxes, mut logits) = (vec![], vec![]);
@@ -241,7 +232,7 @@ impl RtDetrDecoder {
         for (i, layer) in self.layers.iter().enumerate() {
             let pos = self.query_pos_head.forward(detached.clone(), cx);
             out = layer.forward(out, detached.clone(), pos, memory, cx);
-            let delta = self.dec_bbox_head[i].forward(out.clone(), cx).cast(FloatDType::F32);
+            let delta = self.dec_bbox_head[i].forward(out.clone(), cx);
             let refined = sigmoid(delta.clone().add(inverse_sigmoid(detached.clone())));
             if training {
                 logits.push(self.dec_score_head[i].forward(out.clone(), cx));
@@ -317,7 +308,7 @@ impl Detector for RtDetrDecoder {
 fn decode(boxes: &Tensor<4>, logits: &Tensor<4>, [height, width]: [usize; 2]) -> Tensor<3> {
     let last = |m: &Tensor<4>| {
         let [l, b, q, c] = m.dims();
-        m.clone().cast(FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
+        m.clone().cast(burn::tensor::FloatDType::F32).narrow(0, l - 1, 1).reshape([b, q, c])
     };
     let (boxes, logits) = (last(boxes), last(logits));
     let part = |i: usize| boxes.clone().narrow(2, i, 1);

@@ -8,7 +8,7 @@ use burn::tensor::{Bool, Tensor};
 
 use crate::ctx::Ctx;
 use crate::params::Builder;
-use crate::transformer::{LayerNorm, Linear, MSDeformableAttention, MultiheadAttention, add_promoted};
+use crate::transformer::{LayerNorm, Linear, MSDeformableAttention, MultiheadAttention};
 
 /// What every decoder layer reads besides its queries.
 pub struct Memory<'a> {
@@ -45,16 +45,14 @@ impl DecoderLayer {
     }
 
     /// `target` `(B, Q, C)`, `boxes` the reference boxes `(B, Q, 4)`, `pos` their embedding.
-    /// Under reduced precision `target` is f32 (a LayerNorm's output) and `pos` in the compute
-    /// dtype: the residual sums stay in f32, as under autocast.
     pub fn forward(&self, target: Tensor<3>, boxes: Tensor<3>, pos: Tensor<3>, memory: &Memory, cx: &Ctx) -> Tensor<3> {
-        let q = add_promoted(target.clone(), pos.clone());
+        let q = target.clone().add(pos.clone());
         let attended = self.self_attn.forward(q.clone(), q, target.clone(), memory.mask.clone(), cx);
-        let target = self.norm1.forward(add_promoted(target, attended), cx);
-        let sampled = self.cross_attn.forward(add_promoted(target.clone(), pos), boxes, memory.tokens.clone(), memory.shapes, cx);
-        let target = self.norm2.forward(add_promoted(target, sampled), cx);
+        let target = self.norm1.forward(target.add(attended), cx);
+        let sampled = self.cross_attn.forward(target.clone().add(pos), boxes, memory.tokens.clone(), memory.shapes, cx);
+        let target = self.norm2.forward(target.add(sampled), cx);
         let ffn = self.linear2.forward(relu(self.linear1.forward(target.clone(), cx)), cx);
         // the clamp keeps an f16 residual finite, as RT-DETR's decoder does
-        self.norm3.forward(add_promoted(target, ffn).clamp(-65504.0, 65504.0), cx)
+        self.norm3.forward(target.add(ffn).clamp(-65504.0, 65504.0), cx)
     }
 }

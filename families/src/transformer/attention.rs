@@ -3,7 +3,7 @@
 //! `out_proj`. Keys as PyTorch names them, so DETR state dicts load as they are.
 
 use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, FloatDType, Tensor};
+use burn::tensor::{Bool, Tensor};
 
 use super::Linear;
 use crate::ctx::Ctx;
@@ -38,10 +38,7 @@ impl MultiheadAttention {
         let [b, nq, _] = query.dims();
         let nk = key.dims()[1];
         let (w, bias) = (cx.rank2(self.in_weight), cx.rank1(self.in_bias));
-        // the projections in the weights' dtype whatever the input's (a residual stream in f32)
-        let compute = FloatDType::from(w.dtype());
         let project = |x: Tensor<3>, part: usize, n: usize| {
-            let x = x.cast(compute);
             let wp = w.clone().slice([part * c..(part + 1) * c, 0..c]);
             let bp = bias.clone().slice_dim(0, part * c..(part + 1) * c);
             let y = x.reshape([b * n, c]).matmul(wp.transpose()).add(bp.unsqueeze::<2>());
@@ -56,9 +53,7 @@ impl MultiheadAttention {
             let mask = mask.reshape([1, 1, nq, nk]).expand([b, h, nq, nk]);
             scores = scores.mask_fill(mask, f32::NEG_INFINITY);
         }
-        // the softmax in f32, its weights rounded to the compute dtype for the product (autocast's
-        // softmax and bmm)
-        let attn = softmax(scores.cast(FloatDType::F32), 3).cast(compute);
+        let attn = softmax(scores, 3);
         let out = attn.matmul(v).swap_dims(1, 2).reshape([b, nq, c]);
         self.out.forward(out, cx)
     }

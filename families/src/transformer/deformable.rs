@@ -57,16 +57,14 @@ impl MSDeformableAttention {
         let hd = c / nh;
         let [b, nq, _] = query.dims();
         let s = memory.dims()[1];
-        // (B*H, S, hd): each head's values, sampled and weighted in f32 (autocast promotes
-        // `grid_sample` to its f32 grid and runs the softmax in f32); the output projection
-        // rounds the sum to the compute dtype
-        let value = self.value_proj.forward(memory, cx).cast(FloatDType::F32).reshape([b, s, nh, hd]).swap_dims(1, 2).reshape([b * nh, s, hd]);
+        // (B*H, S, hd): each head's values
+        let value = self.value_proj.forward(memory, cx).reshape([b, s, nh, hd]).swap_dims(1, 2).reshape([b * nh, s, hd]);
         // where to sample, in f32 whatever the compute dtype: (B, Q, H, L*P, 2)
         let offsets = self.sampling_offsets.forward(query.clone(), cx).cast(FloatDType::F32).reshape([b, nq, nh, nl * np, 2]);
         let boxes = boxes.cast(FloatDType::F32).reshape([b, nq, 1, 1, 4]);
         let (centre, size) = (boxes.clone().slice_dim(4, 0..2), boxes.slice_dim(4, 2..4));
         let locations = centre.add(offsets.div_scalar(np as f64).mul(size).mul_scalar(0.5));
-        let weights = softmax(self.attention_weights.forward(query, cx).cast(FloatDType::F32).reshape([b, nq, nh, nl * np]), 3);
+        let weights = softmax(self.attention_weights.forward(query, cx).reshape([b, nq, nh, nl * np]), 3);
 
         let mut out: Option<Tensor<3>> = None;
         let mut start = 0;
@@ -77,7 +75,7 @@ impl MSDeformableAttention {
             let v = value.clone().slice_dim(1, start..start + h * w);
             let sampled = bilinear(v, loc, h, w);
             let a = weights.clone().slice_dim(3, points).permute([0, 2, 1, 3]).reshape([b * nh, nq * np, 1]);
-            let level_out = sampled.mul(a).reshape([b * nh, nq, np, hd]).sum_dim(2).reshape([b * nh, nq, hd]);
+            let level_out = sampled.mul(a.cast(FloatDType::from(value.dtype()))).reshape([b * nh, nq, np, hd]).sum_dim(2).reshape([b * nh, nq, hd]);
             out = Some(match out {
                 Some(o) => o.add(level_out),
                 None => level_out,

@@ -2,13 +2,6 @@
 //! `LayerNorm` and an `MLP` (here), multi-head attention ([`attention`]) and multi-scale
 //! deformable attention ([`deformable`]). Tokens are `(B, N, C)` tensors; a block that reads a
 //! feature map flattens it (`(B, C, H, W)` -> `(B, H*W, C)`, row-major, as `flatten(2)` does).
-//!
-//! Reduced precision follows PyTorch's autocast, which LibreYOLO trains under: a linear layer
-//! (and an attention's products) runs in the compute dtype whatever its input's, a LayerNorm and
-//! a softmax return f32, and a sum of two dtypes is in the wider ([`add_promoted`]). So a
-//! transformer's residual stream stays in f32 between its LayerNorms, as LibreYOLO's does; in
-//! bf16 it would round every layer's sum to 8 bits of mantissa. Under f32 none of this changes
-//! a value.
 
 pub mod attention;
 pub mod deformable;
@@ -54,22 +47,19 @@ impl Linear {
         Self { weight: b.matrix("weight", out, input, init), bias: b.values("bias", Role::Bias, values), input, out }
     }
 
-    /// `x` in any float dtype; the product in the weight's (the compute dtype), as autocast runs it.
     pub fn forward<const D: usize>(&self, x: Tensor<D>, cx: &Ctx) -> Tensor<D> {
         let dims = x.dims();
         debug_assert_eq!(dims[D - 1], self.input, "Linear input width");
         let rows = dims[..D - 1].iter().product::<usize>();
-        let weight = cx.rank2(self.weight);
-        let x = x.cast(FloatDType::from(weight.dtype()));
-        let y = x.reshape([rows, self.input]).matmul(weight.transpose()).add(cx.rank1(self.bias).unsqueeze::<2>());
+        let y = x.reshape([rows, self.input]).matmul(cx.rank2(self.weight).transpose()).add(cx.rank1(self.bias).unsqueeze::<2>());
         let mut out = dims;
         out[D - 1] = self.out;
         y.reshape(out)
     }
 }
 
-/// `nn.LayerNorm` over the last dimension (eps 1e-5; keys `weight`, `bias`), computed and
-/// returned in f32 whatever the input's dtype, as under PyTorch's autocast.
+/// `nn.LayerNorm` over the last dimension (eps 1e-5; keys `weight`, `bias`), computed in f32 as
+/// PyTorch's autocast does, then rounded to the input's dtype.
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
     weight: ParamId,
@@ -86,6 +76,7 @@ impl LayerNorm {
     }
 
     pub fn forward<const D: usize>(&self, x: Tensor<D>, cx: &Ctx) -> Tensor<D> {
+        let dtype = x.dtype();
         let x = x.cast(FloatDType::F32);
         let mean = x.clone().mean_dim(D - 1);
         let centred = x.sub(mean);
@@ -93,7 +84,8 @@ impl LayerNorm {
         let mut shape = [1; D];
         shape[D - 1] = self.channels;
         let (w, b) = (cx.master_rank1(self.weight).cast(FloatDType::F32), cx.master_rank1(self.bias).cast(FloatDType::F32));
-        centred.div(var.add_scalar(Self::EPS).sqrt()).mul(w.reshape(shape)).add(b.reshape(shape))
+        let y = centred.div(var.add_scalar(Self::EPS).sqrt()).mul(w.reshape(shape)).add(b.reshape(shape));
+        y.cast(FloatDType::from(dtype))
     }
 }
 
@@ -127,20 +119,6 @@ impl Mlp {
     }
 }
 
-/// `a + b` in the wider of their dtypes (PyTorch's type promotion; burn adds one dtype only).
-pub fn add_promoted<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
-    let wider = |t: &Tensor<D>| match t.dtype() {
-        burn::tensor::DType::F64 => 3,
-        burn::tensor::DType::F32 | burn::tensor::DType::Flex32 => 2,
-        _ => 1,
-    };
-    if a.dtype() == b.dtype() {
-        return a.add(b);
-    }
-    let dtype = FloatDType::from(if wider(&a) >= wider(&b) { a.dtype() } else { b.dtype() });
-    a.cast(dtype).add(b.cast(dtype))
-}
-
 /// `inverse_sigmoid` of DETR's box refinement: `log(x / (1 - x))` with both clamped at `eps`
 /// (1e-5), `x` clamped to [0, 1] first.
 pub fn inverse_sigmoid<const D: usize>(x: Tensor<D>) -> Tensor<D> {
@@ -160,38 +138,4 @@ pub fn tokens(x: Tensor<4>) -> Tensor<3> {
 pub fn map(x: Tensor<3>, h: usize, w: usize) -> Tensor<4> {
     let [b, _, c] = x.dims();
     x.swap_dims(1, 2).reshape([b, c, h, w])
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
-
-    use super::*;
-    use crate::ctx::Ctx;
-    use crate::params::BuildState;
-
-    /// Under bf16 a residual block keeps autocast's dtypes: the LayerNorm returns f32 (not
-    /// rounded to its bf16 input's 8 bits of mantissa), a linear layer reads that f32 stream and
-    /// computes in bf16, and their sum is in f32 and keeps a bf16 value's lost bits.
-    #[test]
-    fn a_residual_stream_stays_f32_under_bf16() {
-        let device = Device::flex();
-        let mut state = BuildState::new(3);
-        let mut b = state.builder(&device);
-        let linear = Linear::new(&mut b.pp("linear"), 4, 4);
-        let norm = LayerNorm::new(&mut b.pp("norm"), 4);
-        let store = state.store;
-        let cx = Ctx::train_in(&store, FloatDType::BF16);
-        let x = Tensor::<2>::from_data(TensorData::new(vec![0.1f32, 0.7, -1.3, 2.9, 1.0, 1.001, 0.999, 1.002], [2, 4]), &device).cast(FloatDType::BF16);
-        let normed = norm.forward(x, &cx);
-        assert_eq!(normed.dtype(), DType::F32, "LayerNorm under bf16");
-        let y = linear.forward(normed.clone(), &cx);
-        assert_eq!(y.dtype(), DType::BF16, "a linear layer computes in the compute dtype");
-        let sum = add_promoted(normed.clone(), y.clone());
-        assert_eq!(sum.dtype(), DType::F32, "bf16 + f32");
-        assert_eq!(add_promoted(y.clone(), normed).dtype(), DType::F32, "f32 + bf16");
-        let bits = sum.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
-        assert!(bits.iter().any(|v| v.to_bits() & 0xffff != 0), "every sum is a bf16 value: {bits:?}");
-        assert_eq!(add_promoted(y.clone(), y).dtype(), DType::BF16, "one dtype stays as it is");
-    }
 }
