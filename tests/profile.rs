@@ -115,6 +115,10 @@ fn profile_true_measures_its_window_then_training_continues() {
     assert!(run.join("weights/last.safetensors").exists());
     let rows = std::fs::read_to_string(run.join("results.csv")).unwrap().lines().count();
     assert_eq!(rows, 3, "header + 2 epochs");
+    // An epoch is its 16 steps (128 images, batch 8) of the one batch, not those followed by
+    // the loader's other batches.
+    let steps = std::fs::read_to_string(run.join("steps.csv")).unwrap().lines().count();
+    assert_eq!(steps, 1 + 2 * 16, "header + 2 epochs of 16 steps");
 }
 
 #[test]

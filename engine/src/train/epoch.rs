@@ -139,11 +139,15 @@ impl Trainer<'_> {
             if let Some(p) = self.probes.profiler.as_mut() {
                 p.begin_step();
             }
+            // `data.fixed_batch`: the epoch is `total` steps of the first batch; the loader's
+            // other batches are never trained on (they differ in label rows, so under
+            // `data.label_rows = "batch"` they would also miss the graph).
             let next = match (&self.fixed_batch, i < total) {
-                (Some(b), true) => Ok(b.clone()),
-                _ => batches.recv(),
+                (Some(b), true) => Some(b.clone()),
+                (Some(_), false) => None,
+                (None, _) => batches.recv().ok(),
             };
-            let Ok(batch) = next else {
+            let Some(batch) = next else {
                 if let Some(p) = self.probes.profiler.as_mut() {
                     p.abandon_step();
                 }
