@@ -181,6 +181,18 @@ def ours_cold(args, size, batch, dtype, mode, out):
         return ours(args, size, batch, dtype, mode, out, kernel_cache=empty)
 
 
+# One LibreYOLO training (bench/libreyolo_isolated.py's settings) in a fresh interpreter:
+# argv[1] this folder, argv[2] the job as JSON.
+LIBREYOLO_TRAIN = """import json, sys
+sys.path.insert(0, sys.argv[1])
+import libreyolo_isolated as iso
+j = json.loads(sys.argv[2])
+model = iso.libreyolo_model(j["size"], j["device"], j["family"])
+iso.libreyolo_train(model, j["data"], j["out"], j["name"], j["batch"], j["dtype"], j["imgsz"], j["device"], j["workers"], j["graph"],
+                    epochs=j["epochs"])
+"""
+
+
 def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
     """Seconds of each epoch of a training of `epochs` epochs (no profiler, no validation) by
     `engine`, as the engine's own results.csv records them (LibreYOLO's `time`, our `seconds`:
@@ -188,8 +200,12 @@ def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
 
     if engine == "LibreYOLO 1.6":
         name = f"libreyolo_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
-        model = iso.libreyolo_model(size, args.device, args.family)
-        iso.libreyolo_train(model, args.data, out, name, batch, dtype, args.imgsz, args.device, args.workers, graph, epochs=epochs)
+        # In a process of its own, as a user runs it: inside this harness's spawned job process
+        # the same YOLOX-t training took 86 s an epoch (H200, 2026-12-04) where its own process
+        # takes 7.4 s (H100, bench/results/2026-12-06-h100-yolox-throughput-alone.json).
+        job = dict(size=size, device=args.device, family=args.family, data=args.data, out=out, name=name, batch=batch, dtype=dtype,
+                   imgsz=args.imgsz, workers=args.workers, graph=graph, epochs=epochs)
+        subprocess.run([sys.executable, "-c", LIBREYOLO_TRAIN, HERE, json.dumps(job)], check=True)
         column = "time"
     else:
         name = f"ours_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"
