@@ -234,6 +234,28 @@ fn a_graph_per_label_row_count_trains_like_eager() {
     assert!(weights("eager") == weights("rows"), "a graph per row count trained differently from eager");
 }
 
+/// The default rows under capture (`data.label_rows = "auto"`, growing on one GPU): every
+/// batch holds the most rows a batch before it needed, at least 64, so the run's graphs are the
+/// few counts it rises through, in rising order, and it trains exactly as eager.
+#[test]
+fn growing_label_rows_capture_rising_counts_and_train_like_eager() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, log) = train(dir.path(), "eager", &[]);
+    assert!(ok, "{log}");
+    let (ok, log) = train(dir.path(), "grow", &["cuda_graph=true", "capture.threshold=1"]);
+    assert!(ok, "{log}");
+    let rows: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains("cuda_graph: captured training step"))
+        .map(|l| l.split("other inputs [[16, ").nth(1).and_then(|r| r.split(',').next()).unwrap().parse().unwrap())
+        .collect();
+    // Powers of two from 64 up (not the 300 fixed rows), each captured once, rising.
+    assert!(!rows.is_empty() && rows[0] >= 64 && rows.iter().all(|r| r.is_power_of_two()) && rows.windows(2).all(|w| w[0] < w[1]), "{rows:?}\n{log}");
+    assert!(!log.contains("falling back to eager") && !log.contains("max_graphs"), "{log}");
+    let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
+    assert!(weights("eager") == weights("grow"), "growing rows under capture trained differently from eager");
+}
+
 /// YOLOX from its shipped manifest: the whole step captured, SimOTA included (LibreYOLO runs
 /// it eagerly); at mosaic close `loss.yolox` adds its L1 term, so its kind re-captures without
 /// any manifest marking; the run equals eager bit for bit, and the L1 term appears only then.

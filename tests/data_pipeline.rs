@@ -7,6 +7,7 @@ use std::sync::Arc;
 use libreyolo_stages::data::augment::resize::Resize;
 use libreyolo_stages::data::cache::CacheMode;
 use libreyolo_stages::data::labels::label_path;
+use libreyolo_stages::data::loader::largest_labels;
 use libreyolo_stages::data::{Augment, Dataset, DatasetConfig, LabelRows, Loader, LoaderConfig, Transform, sample};
 
 fn coco128() -> PathBuf {
@@ -83,11 +84,15 @@ fn background_images_yield_empty_targets() {
     let i = ds.items.iter().position(|i| i.image.file_stem().unwrap() == "000000000250").unwrap();
     let (s, _) = sample::val_sample(&ds, i, (320, 320), Resize::Letterbox);
     assert!(s.targets.is_empty());
-    let batch = libreyolo_stages::data::loader::assemble(std::slice::from_ref(&s), 320, 320, 300, LabelRows::Fixed);
+    let assemble = |rows: LabelRows| {
+        let samples = std::slice::from_ref(&s);
+        libreyolo_stages::data::loader::assemble(samples, 320, 320, 300, rows.rows(largest_labels(samples), 300))
+    };
+    let batch = assemble(LabelRows::Fixed);
     assert_eq!(batch.rows, 300);
     assert!(batch.targets.chunks_exact(5).all(|r| r == [-1.0, 0.0, 0.0, 0.0, 0.0]));
     // Padded to the batch: at least 8 rows, all padding.
-    let batch = libreyolo_stages::data::loader::assemble(&[s], 320, 320, 300, LabelRows::Batch);
+    let batch = assemble(LabelRows::Batch);
     assert_eq!((batch.rows, batch.targets.len()), (8, 8 * 5));
     assert!(batch.targets.chunks_exact(5).all(|r| r == [-1.0, 0.0, 0.0, 0.0, 0.0]));
 }
@@ -200,6 +205,39 @@ fn batches_padded_to_their_largest_label_count_keep_every_label() {
         );
         assert_eq!(batch.targets.len(), 4 * batch.rows * 5);
     }
+}
+
+/// `LabelRows::Growing`: every batch holds the most rows any batch before it needed (at least
+/// 64), so the count never falls and the run's shapes are the few counts it rises through; the
+/// labels are those of the fixed rows. The no-mosaic loader sharing the count starts where the
+/// mosaic one stands.
+#[test]
+fn growing_rows_never_fall_and_keep_every_label() {
+    let cfg = DatasetConfig::load(&coco128()).unwrap();
+    let ds = Dataset::open("train", &cfg.train, cfg.nc(), (256, 256), CacheMode::Ram).unwrap();
+    let with = |rows: LabelRows| {
+        let mut l = loader(ds.clone(), 8, 2, 3, 256);
+        l.set_label_rows(rows);
+        l
+    };
+    let labels = |t: &[f32], rows: usize| -> Vec<Vec<[f32; 5]>> {
+        t.chunks_exact(rows * 5).map(|image| image.chunks_exact(5).filter(|r| r[0] >= 0.0).map(|r| r.try_into().unwrap()).collect()).collect()
+    };
+    let growing = with(LabelRows::Growing);
+    let (fixed, grown): (Vec<_>, Vec<_>) = (with(LabelRows::Fixed).epoch(0).iter().collect(), growing.epoch(0).iter().collect());
+    let mut most = 0;
+    for (f, g) in fixed.iter().zip(&grown) {
+        let kept = labels(&g.targets, g.rows);
+        assert_eq!(labels(&f.targets, 300), kept);
+        let need = kept.iter().map(Vec::len).max().unwrap();
+        assert!(g.rows >= 64 && g.rows >= need && g.rows >= most && g.rows.is_power_of_two(), "{} rows after {most}, {need} labels", g.rows);
+        most = g.rows;
+    }
+    let mut closed = with(LabelRows::Growing);
+    closed.share_rows(&growing);
+    assert!(closed.epoch(1).iter().all(|b| b.rows >= most), "the shared count starts at {most}");
+    // Unshared, a loader starts from its own first batch.
+    assert_eq!(with(LabelRows::Growing).epoch(0).iter().next().unwrap().rows, grown[0].rows);
 }
 
 fn l_batches(ds: &Arc<Dataset>) -> usize {

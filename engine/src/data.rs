@@ -137,7 +137,7 @@ pub fn loader(loaded: &LoadedManifest, dataset: Arc<Dataset>, batch: usize, tran
             workers: m.data.workers.max(1),
             seed: m.run.seed,
             max_labels: m.data.max_labels,
-            label_rows: m.data.label_rows.resolve(false),
+            label_rows: m.data.label_rows.resolve(false, 1),
             shuffle: transform.is_training(),
             drop_last: transform.is_training(),
             prefetch: 4,

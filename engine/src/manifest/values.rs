@@ -183,7 +183,8 @@ pub enum CacheMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LabelRowsSetting {
-    /// `fixed` when the step is captured (one shape for its graph), `batch` otherwise.
+    /// `growing` when the step is captured on one GPU, `fixed` when captured on several (every
+    /// replica must record the same shapes at the same steps), else `batch`.
     #[default]
     Auto,
     /// `max_labels` rows in every batch.
@@ -191,16 +192,21 @@ pub enum LabelRowsSetting {
     /// The batch's largest label count rounded up to a power of two (at least 8), at most
     /// `max_labels`, as LibreYOLO pads each batch to its largest count.
     Batch,
+    /// The most rows a batch of the run has needed so far (at least 64): a few counts, each
+    /// reached once, so a captured step settles on one graph.
+    Growing,
 }
 
 impl LabelRowsSetting {
-    /// The loader's rows for a run whose step is `captured` or not.
-    pub fn resolve(self, captured: bool) -> libreyolo_stages::data::LabelRows {
+    /// The loader's rows for a run whose step is `captured` or not, on `replicas` GPUs.
+    pub fn resolve(self, captured: bool, replicas: usize) -> libreyolo_stages::data::LabelRows {
         use libreyolo_stages::data::LabelRows;
         match self {
-            LabelRowsSetting::Auto if captured => LabelRows::Fixed,
+            LabelRowsSetting::Auto if captured && replicas > 1 => LabelRows::Fixed,
+            LabelRowsSetting::Auto if captured => LabelRows::Growing,
             LabelRowsSetting::Auto | LabelRowsSetting::Batch => LabelRows::Batch,
             LabelRowsSetting::Fixed => LabelRows::Fixed,
+            LabelRowsSetting::Growing => LabelRows::Growing,
         }
     }
 }
@@ -357,5 +363,23 @@ impl<'de> Deserialize<'de> for CaptureMode {
             }
         }
         d.deserialize_any(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LabelRowsSetting;
+    use libreyolo_stages::data::LabelRows;
+
+    /// `auto`: rows that grow under capture on one GPU, the fixed rows under capture on several
+    /// (replicas record the same shapes at the same steps), each batch's own count when eager.
+    #[test]
+    fn auto_label_rows_follow_capture_and_replicas() {
+        assert_eq!(LabelRowsSetting::Auto.resolve(true, 1), LabelRows::Growing);
+        assert_eq!(LabelRowsSetting::Auto.resolve(true, 2), LabelRows::Fixed);
+        assert_eq!(LabelRowsSetting::Auto.resolve(false, 2), LabelRows::Batch);
+        assert_eq!(LabelRowsSetting::Batch.resolve(true, 1), LabelRows::Batch);
+        assert_eq!(LabelRowsSetting::Growing.resolve(true, 4), LabelRows::Growing);
+        assert_eq!(LabelRowsSetting::Fixed.resolve(false, 1), LabelRows::Fixed);
     }
 }

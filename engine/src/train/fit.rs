@@ -41,10 +41,13 @@ fn loaders(loaded: &LoadedManifest, datasets: &Datasets, batch: usize, replica: 
 }
 
 impl Loaders {
-    /// The batches' target rows (`data.label_rows`), which follow whether the step is captured.
+    /// The batches' target rows (`data.label_rows`), which follow whether the step is captured
+    /// and on how many GPUs. The two training loaders grow one count: closing the mosaic keeps
+    /// the rows the step's graph holds.
     fn set_label_rows(&mut self, rows: libreyolo_stages::data::LabelRows) {
         self.mosaic.set_label_rows(rows);
         self.no_mosaic.set_label_rows(rows);
+        self.no_mosaic.share_rows(&self.mosaic);
         if let Some(val) = self.val.as_mut() {
             val.set_label_rows(rows);
         }
@@ -133,7 +136,7 @@ pub fn fit(
     let mut loaders = loaders(loaded, datasets, batch, &replica)?;
     let iters_per_epoch = loaders.mosaic.batches_per_epoch().div_ceil(super::accumulation(m.optim.nbs, batch)).max(1);
     let mut trainer = Trainer::new(loaded, dag, resolved, datasets.nc, batch, iters_per_epoch, replica.clone())?;
-    loaders.set_label_rows(m.data.label_rows.resolve(trainer.captures()));
+    loaders.set_label_rows(m.data.label_rows.resolve(trainer.captures(), replica.world()));
     // Before the run directory exists: a wrong dataset leaves nothing behind.
     data::check_layout(loaded, &datasets.cfg, trainer.task())?;
     let (mut run, run_path) = run_dir(loaded, &replica)?;

@@ -7,6 +7,7 @@
 //! to [0, 1] on the device.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 
 use rand::SeedableRng;
@@ -44,7 +45,7 @@ pub struct LoaderConfig {
 /// How many target rows a batch holds (`data.label_rows`, resolved by the run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LabelRows {
-    /// `max_labels` rows in every batch: one shape for every step, what a captured step reads.
+    /// `max_labels` rows in every batch: one shape for every step.
     Fixed,
     /// The batch's largest label count rounded up to a power of two (at least 8), at most
     /// `max_labels`. LibreYOLO pads each batch to its largest count; a loss that works on
@@ -52,14 +53,43 @@ pub enum LabelRows {
     /// (YOLOv9's at 64 rows: ~0.35x of its time at 300 on the CPU), and the rounding keeps the
     /// shapes few. Padding rows take no anchor, so the loss is the same to the bit.
     Batch,
+    /// The most rows a batch of this loader has needed so far (each batch's need as `Batch`
+    /// rounds it, but at least [`GROWING_FLOOR`]): the count only grows, so a captured step
+    /// settles on one graph within the first batches instead of one per count drawn (YOLOv9-t
+    /// on COCO128 at b16 drew 16, 32 and 64 rows, three graphs, 15 GB of GPU memory against
+    /// 5 GB).
+    Growing,
 }
 
+/// The fewest rows a [`LabelRows::Growing`] batch holds: below it a graph of its own would save
+/// little of the loss's work.
+pub const GROWING_FLOOR: usize = 64;
+
 impl LabelRows {
-    /// The rows of a batch whose images hold at most `largest` labels.
+    /// The rows a batch whose images hold at most `largest` labels needs.
     pub fn rows(self, largest: usize, max_labels: usize) -> usize {
         match self {
             LabelRows::Fixed => max_labels,
             LabelRows::Batch => largest.next_power_of_two().max(8).min(max_labels),
+            LabelRows::Growing => largest.next_power_of_two().max(GROWING_FLOOR).min(max_labels),
+        }
+    }
+}
+
+/// The most rows a loader's [`LabelRows::Growing`] batches have held, shared by the loaders that
+/// feed one step (see [`Loader::share_rows`]).
+#[derive(Debug, Clone, Default)]
+struct MostRows(Arc<AtomicUsize>);
+
+impl MostRows {
+    /// The rows of the next batch under `mode`, whose images hold at most `largest` labels.
+    /// (Padding rows change no loss, so a count raised by a batch nobody trains on, as an epoch
+    /// stopped early leaves behind, changes no result.)
+    fn next(&self, mode: LabelRows, largest: usize, max_labels: usize) -> usize {
+        let need = mode.rows(largest, max_labels);
+        match mode {
+            LabelRows::Growing => need.max(self.0.fetch_max(need, Ordering::Relaxed)),
+            LabelRows::Fixed | LabelRows::Batch => need,
         }
     }
 }
@@ -118,13 +148,14 @@ impl crate::stage::HostValue for HostLabels {
 pub struct Loader {
     dataset: Arc<Dataset>,
     cfg: LoaderConfig,
+    most_rows: MostRows,
     pool: Arc<rayon::ThreadPool>,
 }
 
 impl Loader {
     pub fn new(dataset: Arc<Dataset>, cfg: LoaderConfig) -> Self {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(cfg.workers.max(1)).thread_name(|i| format!("loader-{i}")).build().expect("a thread pool");
-        Self { dataset, cfg, pool: Arc::new(pool) }
+        Self { dataset, cfg, most_rows: MostRows::default(), pool: Arc::new(pool) }
     }
 
     pub fn dataset(&self) -> &Arc<Dataset> {
@@ -161,6 +192,12 @@ impl Loader {
         self.cfg.label_rows = rows;
     }
 
+    /// Grows its [`LabelRows::Growing`] count with `other`'s: loaders that feed one captured step
+    /// (mosaic, then closed mosaic) keep the rows the step's graph was recorded at.
+    pub fn share_rows(&mut self, other: &Loader) {
+        self.most_rows = other.most_rows.clone();
+    }
+
     pub fn batches_per_epoch(&self) -> usize {
         let n = self.order(0).len();
         if self.cfg.drop_last && n >= self.cfg.batch { n / self.cfg.batch } else { n.div_ceil(self.cfg.batch) }
@@ -172,14 +209,14 @@ impl Loader {
         let order = self.order(epoch);
         let batches = self.batches_per_epoch();
         let group = self.group();
-        let (dataset, cfg, pool) = (self.dataset.clone(), self.cfg.clone(), self.pool.clone());
+        let (dataset, cfg, most_rows, pool) = (self.dataset.clone(), self.cfg.clone(), self.most_rows.clone(), self.pool.clone());
         std::thread::Builder::new()
             .name("loader".into())
             .spawn(move || {
                 for first in (0..batches).step_by(group) {
                     let spans: Vec<Vec<usize>> =
                         (first..(first + group).min(batches)).map(|b| (b * cfg.batch..((b + 1) * cfg.batch).min(order.len())).collect()).collect();
-                    for batch in pool.install(|| make_batches(&dataset, &cfg, epoch, &spans, &order)) {
+                    for batch in pool.install(|| make_batches(&dataset, &cfg, &most_rows, epoch, &spans, &order)) {
                         if tx.send(batch).is_err() {
                             return; // the consumer stopped
                         }
@@ -200,7 +237,7 @@ impl Loader {
 
 /// The batches whose sample positions are `spans`, in order. Each sample is seeded by its
 /// position, so the batches do not depend on how they are grouped.
-fn make_batches(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, spans: &[Vec<usize>], order: &[usize]) -> Vec<Batch> {
+fn make_batches(ds: &Dataset, cfg: &LoaderConfig, most_rows: &MostRows, epoch: u64, spans: &[Vec<usize>], order: &[usize]) -> Vec<Batch> {
     let (h, w) = (cfg.height, cfg.width);
     let positions: Vec<usize> = spans.iter().flatten().copied().collect();
     let mut samples: Vec<Sample> = positions
@@ -223,15 +260,22 @@ fn make_batches(ds: &Dataset, cfg: &LoaderConfig, epoch: u64, spans: &[Vec<usize
     let mut out = Vec::with_capacity(spans.len());
     for span in spans {
         let rest = samples.split_off(span.len());
-        out.push(assemble(&samples, h, w, cfg.max_labels, cfg.label_rows));
+        let per_image = most_rows.next(cfg.label_rows, largest_labels(&samples), cfg.max_labels);
+        out.push(assemble(&samples, h, w, cfg.max_labels, per_image));
         samples = rest;
     }
     out
 }
 
-/// HWC samples into one CHW batch plus targets padded to `label_rows` rows an image, each image
-/// keeping at most `max_labels` labels.
-pub fn assemble(samples: &[Sample], height: u32, width: u32, max_labels: usize, label_rows: LabelRows) -> Batch {
+/// The most labels an image of `samples` holds.
+pub fn largest_labels(samples: &[Sample]) -> usize {
+    samples.iter().map(|s| s.targets.len()).max().unwrap_or(0)
+}
+
+/// HWC samples into one CHW batch plus targets padded to `per_image` rows an image (at least
+/// the most labels an image holds, as [`LabelRows::rows`] gives), each image keeping at most
+/// `max_labels` labels.
+pub fn assemble(samples: &[Sample], height: u32, width: u32, max_labels: usize, per_image: usize) -> Batch {
     let plane = (height * width) as usize;
     let mut images = vec![0u8; samples.len() * 3 * plane];
     images.par_chunks_mut(3 * plane).zip(samples.par_iter()).for_each(|(dst, s)| {
@@ -241,8 +285,6 @@ pub fn assemble(samples: &[Sample], height: u32, width: u32, max_labels: usize, 
             dst[2 * plane + p] = px[2];
         }
     });
-    let largest = samples.iter().map(|s| s.targets.len()).max().unwrap_or(0);
-    let per_image = label_rows.rows(largest, max_labels);
     let mut targets = vec![0f32; samples.len() * per_image * 5];
     let mut truncated = 0;
     for (i, s) in samples.iter().enumerate() {
