@@ -184,14 +184,7 @@ fn the_loader_is_deterministic_whatever_the_worker_count() {
 fn batches_padded_to_their_largest_label_count_keep_every_label() {
     let cfg = DatasetConfig::load(&coco128()).unwrap();
     let ds = Dataset::open("train", &cfg.train, cfg.nc(), (256, 256), CacheMode::Ram).unwrap();
-    let batches = |rows: LabelRows| {
-        let mut l = loader(ds.clone(), 4, 2, 7, 256);
-        l.set_label_rows(rows);
-        l.epoch(0).iter().take(6).collect::<Vec<_>>()
-    };
-    let labels = |t: &[f32], rows: usize| -> Vec<Vec<[f32; 5]>> {
-        t.chunks_exact(rows * 5).map(|image| image.chunks_exact(5).filter(|r| r[0] >= 0.0).map(|r| r.try_into().unwrap()).collect()).collect()
-    };
+    let batches = |rows: LabelRows| with_rows(loader(ds.clone(), 4, 2, 7, 256), rows).epoch(0).iter().take(6).collect::<Vec<_>>();
     for (fixed, batch) in batches(LabelRows::Fixed).iter().zip(batches(LabelRows::Batch)) {
         assert_eq!(fixed.rows, 300);
         assert_eq!(fixed.images, batch.images);
@@ -215,14 +208,7 @@ fn batches_padded_to_their_largest_label_count_keep_every_label() {
 fn growing_rows_never_fall_and_keep_every_label() {
     let cfg = DatasetConfig::load(&coco128()).unwrap();
     let ds = Dataset::open("train", &cfg.train, cfg.nc(), (256, 256), CacheMode::Ram).unwrap();
-    let with = |rows: LabelRows| {
-        let mut l = loader(ds.clone(), 8, 2, 3, 256);
-        l.set_label_rows(rows);
-        l
-    };
-    let labels = |t: &[f32], rows: usize| -> Vec<Vec<[f32; 5]>> {
-        t.chunks_exact(rows * 5).map(|image| image.chunks_exact(5).filter(|r| r[0] >= 0.0).map(|r| r.try_into().unwrap()).collect()).collect()
-    };
+    let with = |rows: LabelRows| with_rows(loader(ds.clone(), 8, 2, 3, 256), rows);
     let growing = with(LabelRows::Growing);
     let (fixed, grown): (Vec<_>, Vec<_>) = (with(LabelRows::Fixed).epoch(0).iter().collect(), growing.epoch(0).iter().collect());
     let mut most = 0;
@@ -238,6 +224,16 @@ fn growing_rows_never_fall_and_keep_every_label() {
     assert!(closed.epoch(1).iter().all(|b| b.rows >= most), "the shared count starts at {most}");
     // Unshared, a loader starts from its own first batch.
     assert_eq!(with(LabelRows::Growing).epoch(0).iter().next().unwrap().rows, grown[0].rows);
+}
+
+fn with_rows(mut loader: Loader, rows: LabelRows) -> Loader {
+    loader.set_label_rows(rows);
+    loader
+}
+
+/// Each image's real label rows of a batch's targets (`rows` an image; padding has class -1).
+fn labels(targets: &[f32], rows: usize) -> Vec<Vec<[f32; 5]>> {
+    targets.chunks_exact(rows * 5).map(|image| image.chunks_exact(5).filter(|r| r[0] >= 0.0).map(|r| r.try_into().unwrap()).collect()).collect()
 }
 
 fn l_batches(ds: &Arc<Dataset>) -> usize {
