@@ -205,7 +205,12 @@ def train_epochs(args, engine, size, batch, dtype, epochs, out, graph=False):
         # takes 7.4 s (H100, bench/results/2026-12-06-h100-yolox-throughput-alone.json).
         job = dict(size=size, device=args.device, family=args.family, data=args.data, out=out, name=name, batch=batch, dtype=dtype,
                    imgsz=args.imgsz, workers=args.workers, graph=graph, epochs=epochs)
-        subprocess.run([sys.executable, "-c", LIBREYOLO_TRAIN, HERE, json.dumps(job)], check=True)
+        log = os.path.join(out, f"{name}.log")
+        with open(log, "w") as f:
+            done = subprocess.run([sys.executable, "-c", LIBREYOLO_TRAIN, HERE, json.dumps(job)], stdout=f, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            tail = open(log, errors="replace").read()[-3000:]
+            raise RuntimeError(f"LibreYOLO's training exited with {done.returncode} ({log}):\n{tail}")
         column = "time"
     else:
         name = f"ours_tp_{args.family}{size}_b{batch}_{dtype}_e{epochs}{'_graph' if graph else ''}"

@@ -236,7 +236,8 @@ fn a_graph_per_label_row_count_trains_like_eager() {
 
 /// The default rows under capture (`data.label_rows = "auto"`, growing on one GPU): every
 /// batch holds the most rows a batch before it needed, at least 64, so the run's graphs are the
-/// few counts it rises through, in rising order, and it trains exactly as eager.
+/// few counts it rises through, in rising order, each replacing the last, and it trains exactly
+/// as eager.
 #[test]
 fn growing_label_rows_capture_rising_counts_and_train_like_eager() {
     let dir = tempfile::tempdir().unwrap();
@@ -251,6 +252,8 @@ fn growing_label_rows_capture_rising_counts_and_train_like_eager() {
         .collect();
     // Powers of two from 64 up (not the 300 fixed rows), each captured once, rising.
     assert!(!rows.is_empty() && rows[0] >= 64 && rows.iter().all(|r| r.is_power_of_two()) && rows.windows(2).all(|w| w[0] < w[1]), "{rows:?}\n{log}");
+    // One graph at a time (the manifest's max_graphs is 1): each rise drops the last count's.
+    assert_eq!(log.matches("cuda_graph: capture invalidated (the target rows grew from").count(), rows.len() - 1, "{log}");
     assert!(!log.contains("falling back to eager") && !log.contains("max_graphs"), "{log}");
     let weights = |name: &str| std::fs::read(dir.path().join(name).join("weights/last.safetensors")).unwrap();
     assert!(weights("eager") == weights("grow"), "growing rows under capture trained differently from eager");

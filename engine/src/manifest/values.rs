@@ -183,8 +183,7 @@ pub enum CacheMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LabelRowsSetting {
-    /// `growing` when the step is captured on one GPU, `fixed` when captured on several (every
-    /// replica must record the same shapes at the same steps), else `batch`.
+    /// `growing` when the step is captured on one GPU, else `batch`.
     #[default]
     Auto,
     /// `max_labels` rows in every batch.
@@ -198,11 +197,14 @@ pub enum LabelRowsSetting {
 }
 
 impl LabelRowsSetting {
-    /// The loader's rows for a run whose step is `captured` or not, on `replicas` GPUs.
+    /// The loader's rows for a run whose step is `captured` or not, on `replicas` GPUs. Captured
+    /// on several, every setting gives `max_labels` rows: each replica decides at each step to
+    /// replay, capture or run eager by its own batch's shape, and their captures agree through
+    /// collectives, so every replica must see the same shapes at the same steps.
     pub fn resolve(self, captured: bool, replicas: usize) -> libreyolo_stages::data::LabelRows {
         use libreyolo_stages::data::LabelRows;
         match self {
-            LabelRowsSetting::Auto if captured && replicas > 1 => LabelRows::Fixed,
+            _ if captured && replicas > 1 => LabelRows::Fixed,
             LabelRowsSetting::Auto if captured => LabelRows::Growing,
             LabelRowsSetting::Auto | LabelRowsSetting::Batch => LabelRows::Batch,
             LabelRowsSetting::Fixed => LabelRows::Fixed,
@@ -371,15 +373,19 @@ mod tests {
     use super::LabelRowsSetting;
     use libreyolo_stages::data::LabelRows;
 
-    /// `auto`: rows that grow under capture on one GPU, the fixed rows under capture on several
-    /// (replicas record the same shapes at the same steps), each batch's own count when eager.
+    /// `auto`: rows that grow under capture on one GPU, each batch's own count when eager; any
+    /// setting captured on several GPUs: the fixed rows (replicas record the same shapes at the
+    /// same steps).
     #[test]
     fn auto_label_rows_follow_capture_and_replicas() {
         assert_eq!(LabelRowsSetting::Auto.resolve(true, 1), LabelRows::Growing);
         assert_eq!(LabelRowsSetting::Auto.resolve(true, 2), LabelRows::Fixed);
         assert_eq!(LabelRowsSetting::Auto.resolve(false, 2), LabelRows::Batch);
         assert_eq!(LabelRowsSetting::Batch.resolve(true, 1), LabelRows::Batch);
-        assert_eq!(LabelRowsSetting::Growing.resolve(true, 4), LabelRows::Growing);
+        assert_eq!(LabelRowsSetting::Growing.resolve(true, 1), LabelRows::Growing);
+        assert_eq!(LabelRowsSetting::Growing.resolve(true, 4), LabelRows::Fixed);
+        assert_eq!(LabelRowsSetting::Batch.resolve(true, 2), LabelRows::Fixed);
+        assert_eq!(LabelRowsSetting::Growing.resolve(false, 4), LabelRows::Growing);
         assert_eq!(LabelRowsSetting::Fixed.resolve(false, 1), LabelRows::Fixed);
     }
 }

@@ -131,7 +131,8 @@ impl Trainer<'_> {
         // The last step's losses, queued on the device and read after the next step is queued.
         let mut pending: Option<PendingLosses> = None;
         let started = Instant::now();
-        let batches = loader.epoch(epoch as u64);
+        // A fixed batch needs no loader after the first epoch.
+        let batches = self.fixed_batch.is_none().then(|| loader.epoch(epoch as u64));
         let accumulate = self.update.accumulate;
         let mosaic_closed = epoch >= epochs.saturating_sub(self.loaded.manifest.augment.no_aug_epochs as usize);
         let mut i = 0;
@@ -145,7 +146,7 @@ impl Trainer<'_> {
             let next = match (&self.fixed_batch, i < total) {
                 (Some(b), true) => Some(b.clone()),
                 (Some(_), false) => None,
-                (None, _) => batches.recv().ok(),
+                (None, _) => batches.as_ref().and_then(|b| b.recv().ok()),
             };
             let Some(batch) = next else {
                 if let Some(p) = self.probes.profiler.as_mut() {
@@ -160,6 +161,7 @@ impl Trainer<'_> {
                 p.fetched();
             }
             let size = batch.size;
+            self.follow_rows(batch.rows);
             if let Some(sampler) = self.probes.host_sampler.as_mut() {
                 sampler.start()?;
             }
@@ -213,6 +215,17 @@ impl Trainer<'_> {
             bar.finish();
         }
         Ok(EpochOut { losses: log.mean(), images, end, steps: log.steps })
+    }
+
+    /// Growing target rows past the count the step's graphs hold: a smaller count never comes
+    /// back, so those graphs are dropped with their memory, and the new count is captured at the
+    /// threshold (at most a few times a run: 64, 128, 256, `max_labels`).
+    fn follow_rows(&mut self, rows: usize) {
+        if let Some((before, now)) = self.grown_rows.as_mut().and_then(|g| g.rise(rows))
+            && let Some(graphs) = self.exec.graphs.as_mut()
+        {
+            graphs.invalidate(&format!("the target rows grew from {before} to {now}"));
+        }
     }
 
     fn probe(&mut self, f: impl FnOnce(&mut Profiler)) {

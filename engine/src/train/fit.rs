@@ -18,7 +18,7 @@ use crate::capture::forward::ForwardGraph;
 use crate::dag::StepDag;
 use crate::data;
 use crate::device::ResolvedDevice;
-use crate::manifest::LoadedManifest;
+use crate::manifest::{LabelRowsSetting, LoadedManifest};
 use crate::profile::{self, Profiler};
 
 /// The loaders of a replica: with mosaic, without (the last `no_aug_epochs`), validation (rank 0).
@@ -136,7 +136,12 @@ pub fn fit(
     let mut loaders = loaders(loaded, datasets, batch, &replica)?;
     let iters_per_epoch = loaders.mosaic.batches_per_epoch().div_ceil(super::accumulation(m.optim.nbs, batch)).max(1);
     let mut trainer = Trainer::new(loaded, dag, resolved, datasets.nc, batch, iters_per_epoch, replica.clone())?;
-    loaders.set_label_rows(m.data.label_rows.resolve(trainer.captures(), replica.world()));
+    let rows = m.data.label_rows.resolve(trainer.captures(), replica.world());
+    let explicit = matches!(m.data.label_rows, LabelRowsSetting::Batch | LabelRowsSetting::Growing);
+    if explicit && rows == libreyolo_stages::data::LabelRows::Fixed && replica.is_main() {
+        tracing::warn!("data.label_rows = {:?}: a step captured on several GPUs needs one shape on every replica; using max_labels rows", m.data.label_rows);
+    }
+    loaders.set_label_rows(rows);
     // Before the run directory exists: a wrong dataset leaves nothing behind.
     data::check_layout(loaded, &datasets.cfg, trainer.task())?;
     let (mut run, run_path) = run_dir(loaded, &replica)?;

@@ -38,6 +38,24 @@ pub struct Trainer<'a> {
     pub probes: Probes,
     /// `data.fixed_batch`: the batch every step trains on.
     pub fixed_batch: Option<Batch>,
+    /// Growing target rows under capture (`data.label_rows`).
+    pub grown_rows: Option<GrownRows>,
+}
+
+/// The most target rows a batch of a growing run has held ([`LabelRows::Growing`]).
+///
+/// [`LabelRows::Growing`]: libreyolo_stages::data::LabelRows::Growing
+#[derive(Debug, Default)]
+pub struct GrownRows(usize);
+
+impl GrownRows {
+    /// A batch of `rows`: `(before, rows)` when it holds more than any batch before it but the
+    /// first (the graphs recorded at `before` rows will not be replayed again).
+    pub fn rise(&mut self, rows: usize) -> Option<(usize, usize)> {
+        let before = self.0;
+        self.0 = before.max(rows);
+        (rows > before && before > 0).then_some((before, rows))
+    }
 }
 
 /// What watches the steps.
@@ -280,7 +298,9 @@ impl<'a> Trainer<'a> {
             .map(|mode| (crate::precompile::Precompile::load(mode, &crate::kernel_cache::cache_dir()), format!("{}-{}", m.model.family, m.model.size)));
         // One sampler per process (pprof's is process-wide): the main replica's.
         let host_sampler = if replica.is_main() { HostSampler::from_env()? } else { None };
-        Ok(Self { loaded, dag, device, model, update, precision, exec, replica, probes: Probes { host_sampler, ..Default::default() }, fixed_batch: None })
+        let growing = m.data.label_rows.resolve(exec.graphs.is_some(), world) == libreyolo_stages::data::LabelRows::Growing;
+        let probes = Probes { host_sampler, ..Default::default() };
+        Ok(Self { loaded, dag, device, model, update, precision, exec, replica, probes, fixed_batch: None, grown_rows: growing.then(GrownRows::default) })
     }
 
     /// Whether the step's region is captured (graphs replayed once its shape repeats).
@@ -324,5 +344,23 @@ impl<'a> Trainer<'a> {
             *s.borrow_mut() = LossScale::new(scale, &self.device);
         }
         Ok(state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GrownRows;
+
+    /// The first batch sets the count; each rise after it says which graphs to drop; a batch
+    /// that needs fewer rows changes nothing (the loader pads it to the count).
+    #[test]
+    fn grown_rows_report_each_rise_after_the_first_batch() {
+        let mut g = GrownRows::default();
+        assert_eq!(g.rise(64), None);
+        assert_eq!(g.rise(64), None);
+        assert_eq!(g.rise(128), Some((64, 128)));
+        assert_eq!(g.rise(64), None);
+        assert_eq!(g.rise(128), None);
+        assert_eq!(g.rise(300), Some((128, 300)));
     }
 }

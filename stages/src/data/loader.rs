@@ -124,7 +124,7 @@ pub struct Batch {
     pub size: usize,
     pub height: u32,
     pub width: u32,
-    /// Target rows per image ([`LabelRows::rows`]).
+    /// Target rows per image (as [`LabelRows`] says).
     pub rows: usize,
     /// Dataset index of each image.
     pub indices: Vec<usize>,
@@ -276,6 +276,7 @@ pub fn largest_labels(samples: &[Sample]) -> usize {
 /// the most labels an image holds, as [`LabelRows::rows`] gives), each image keeping at most
 /// `max_labels` labels.
 pub fn assemble(samples: &[Sample], height: u32, width: u32, max_labels: usize, per_image: usize) -> Batch {
+    debug_assert!(per_image >= largest_labels(samples).min(max_labels), "fewer rows than labels kept");
     let plane = (height * width) as usize;
     let mut images = vec![0u8; samples.len() * 3 * plane];
     images.par_chunks_mut(3 * plane).zip(samples.par_iter()).for_each(|(dst, s)| {
