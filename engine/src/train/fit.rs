@@ -11,7 +11,7 @@ use super::end_of_epoch::{After, EndOfEpoch};
 use super::epoch::EpochEnd;
 use super::replica::{self, Replica};
 use super::run_dir::RunDir;
-use super::setup::{ProfileOut, Trainer};
+use super::setup::{GrownRows, ProfileOut, Trainer};
 use super::{Datasets, TrainSummary, validate};
 use crate::capture::CaptureManager;
 use crate::capture::forward::ForwardGraph;
@@ -142,6 +142,7 @@ pub fn fit(
         tracing::warn!("data.label_rows = {:?}: a step captured on several GPUs needs one shape on every replica; using max_labels rows", m.data.label_rows);
     }
     loaders.set_label_rows(rows);
+    trainer.grown_rows = (rows == libreyolo_stages::data::LabelRows::Growing).then(GrownRows::default);
     // Before the run directory exists: a wrong dataset leaves nothing behind.
     data::check_layout(loaded, &datasets.cfg, trainer.task())?;
     let (mut run, run_path) = run_dir(loaded, &replica)?;

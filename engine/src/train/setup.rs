@@ -38,7 +38,7 @@ pub struct Trainer<'a> {
     pub probes: Probes,
     /// `data.fixed_batch`: the batch every step trains on.
     pub fixed_batch: Option<Batch>,
-    /// Growing target rows under capture (`data.label_rows`).
+    /// Growing target rows under capture (`data.label_rows`, set with the loaders' rows).
     pub grown_rows: Option<GrownRows>,
 }
 
@@ -298,9 +298,8 @@ impl<'a> Trainer<'a> {
             .map(|mode| (crate::precompile::Precompile::load(mode, &crate::kernel_cache::cache_dir()), format!("{}-{}", m.model.family, m.model.size)));
         // One sampler per process (pprof's is process-wide): the main replica's.
         let host_sampler = if replica.is_main() { HostSampler::from_env()? } else { None };
-        let growing = m.data.label_rows.resolve(exec.graphs.is_some(), world) == libreyolo_stages::data::LabelRows::Growing;
         let probes = Probes { host_sampler, ..Default::default() };
-        Ok(Self { loaded, dag, device, model, update, precision, exec, replica, probes, fixed_batch: None, grown_rows: growing.then(GrownRows::default) })
+        Ok(Self { loaded, dag, device, model, update, precision, exec, replica, probes, fixed_batch: None, grown_rows: None })
     }
 
     /// Whether the step's region is captured (graphs replayed once its shape repeats).
