@@ -42,10 +42,12 @@ pub struct BatchStats {
     pub count: ParamId,
     /// The layer's momentum: `running = (1 - momentum) * running + momentum * batch`.
     pub momentum: f64,
-    /// Per-channel batch mean (detached, no autodiff).
-    pub mean: Tensor<1>,
-    /// Per-channel unbiased batch variance (detached, no autodiff).
-    pub var_unbiased: Tensor<1>,
+    /// `[rows, C]` f32, detached, no autodiff: the batch mean in row 0 and the biased variance
+    /// in row 1 (the fused BatchNorm's statistics tensor as it is).
+    pub stats: Tensor<2>,
+    /// `n / (n - 1)` for the n values a channel: the biased variance times it is the unbiased one
+    /// the running variance follows.
+    pub correction: f64,
 }
 
 /// One operation of a forward, recorded when tracing: the exact layer shapes of a network, for
@@ -368,18 +370,27 @@ impl ParamStore {
     }
 
     /// The device half of [`apply_batch_stats`](Self::apply_batch_stats): the running
-    /// statistics, in place (what a captured step records).
+    /// statistics, in place (what a captured step records), one kernel a layer on the GPU.
     pub fn fold_batch_stats(&mut self, stats: &[BatchStats]) {
         for s in stats {
-            let momentum = s.momentum;
-            for (id, batch) in [(s.running_mean, &s.mean), (s.running_var, &s.var_unbiased)] {
-                self.map_value(id, |value| match value {
-                    Value::Float(AnyTensor::R1(r)) => {
-                        let batch = batch.clone().cast(FloatDType::from(r.dtype()));
-                        Value::Float(AnyTensor::R1(libreyolo_kernels::in_place::blend_const(r, batch, 1.0 - momentum, momentum)))
-                    }
-                    other => other,
-                });
+            let (Some(mean), Some(var)) = (self.take_rank1(s.running_mean), self.take_rank1(s.running_var)) else {
+                panic!("BatchNorm running statistics {:?} and {:?} are vectors", s.running_mean, s.running_var);
+            };
+            let (mean, var) = libreyolo_kernels::in_place::running_stats(mean, var, &s.stats, s.momentum, s.correction);
+            self.entry_mut(s.running_mean).value = Value::Float(AnyTensor::R1(mean));
+            self.entry_mut(s.running_var).value = Value::Float(AnyTensor::R1(var));
+        }
+    }
+
+    /// The vector stored at `id`, moved out (so that an in-place update owns its buffer); the
+    /// entry is left untouched when it holds anything else.
+    fn take_rank1(&mut self, id: ParamId) -> Option<Tensor<1>> {
+        let value = &mut self.entry_mut(id).value;
+        match std::mem::replace(value, Value::Count(0)) {
+            Value::Float(AnyTensor::R1(r)) => Some(r),
+            other => {
+                *value = other;
+                None
             }
         }
     }

@@ -1,13 +1,15 @@
 //! `bench ops --check`: the custom GPU kernels at every shape of the network's training step, on
 //! the bench's device, against the CPU backend in f32 on the same (dtype-rounded) random inputs:
 //! the convolution weight gradients (on CUDA the split-K kernel of vendor/burn-cubecl) and the
-//! fused BatchNorm (+ SiLU) forward and backward (libreyolo-kernels). The device runs whatever
+//! fused BatchNorm (+ SiLU) forward and backward with its running-statistics update
+//! (libreyolo-kernels). The device runs whatever
 //! its selection picks, so a custom kernel is checked at every shape it will see.
 
 use burn::tensor::module::conv2d_weight_backward;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
 use libreyolo_kernels::batch_norm::batch_norm_act;
+use libreyolo_kernels::in_place::running_stats;
 use serde::Serialize;
 
 use super::ops::{OpCount, OpSpec, rand_channels_last, weight_grad_operands};
@@ -17,7 +19,7 @@ use super::ops::{OpCount, OpSpec, rand_channels_last, weight_grad_operands};
 pub struct KernelCheck {
     pub spec: OpSpec,
     /// Which result: `weight_grad`, or one of the BatchNorm's `output`, `mean`, `var`,
-    /// `input_grad`, `weight_grad`, `bias_grad`.
+    /// `input_grad`, `weight_grad`, `bias_grad`, `running_mean`, `running_var`.
     pub tensor: &'static str,
     pub dtype: String,
     /// Largest absolute difference from the reference.
@@ -99,24 +101,31 @@ fn batch_norm(input: [usize; 4], act: bool, dtype: FloatDType, device: &Device) 
     let g = rand_channels_last(input, Distribution::Normal(0.0, 1.0), dtype, device);
     let weight = Tensor::<1>::random([c], Distribution::Normal(1.0, 0.5), device);
     let bias = Tensor::<1>::random([c], Distribution::Normal(0.0, 0.5), device);
-    let run = |x: Tensor<4>, g: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>| {
+    let running = Tensor::<2>::random([2, c], Distribution::Uniform(0.5, 1.5), device);
+    let values = (input[0] * input[2] * input[3]) as f64;
+    let run = |x: Tensor<4>, g: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, running: Tensor<2>| {
         let (x, weight, bias) = (x.autodiff().require_grad(), weight.autodiff().require_grad(), bias.autodiff().require_grad());
         let out = batch_norm_act(x.clone(), weight.clone(), bias.clone(), libreyolo_families::blocks::batch_norm::EPS, act);
         let grads = out.output.clone().mul(g.autodiff()).sum().backward();
         let grad = |t: &Tensor<1>| t.grad(&grads).expect("reaches the loss");
+        let row = |r: usize| running.clone().narrow(0, r, 1).reshape([c]);
+        let momentum = libreyolo_families::blocks::batch_norm::MOMENTUM;
+        let (running_mean, running_var) = running_stats(row(0), row(1), &out.stats, momentum, values / (values - 1.0));
         [
-            flat(on_cpu(&out.output.inner())),
-            on_cpu(&out.mean.inner()),
-            on_cpu(&out.var.inner()),
+            flat(on_cpu(&out.output.clone().inner())),
+            on_cpu(&out.mean().inner()),
+            on_cpu(&out.var().inner()),
             flat(on_cpu(&x.grad(&grads).expect("reaches the loss"))),
             on_cpu(&grad(&weight)),
             on_cpu(&grad(&bias)),
+            on_cpu(&running_mean),
+            on_cpu(&running_var),
         ]
     };
-    let got = run(x.clone(), g.clone(), weight.clone(), bias.clone());
-    let want = run(on_cpu(&x), on_cpu(&g), on_cpu(&weight), on_cpu(&bias));
-    let names = ["output", "mean", "var", "input_grad", "weight_grad", "bias_grad"];
-    let in_dtype = [true, false, false, true, false, false];
+    let got = run(x.clone(), g.clone(), weight.clone(), bias.clone(), running.clone());
+    let want = run(on_cpu(&x), on_cpu(&g), on_cpu(&weight), on_cpu(&bias), on_cpu(&running));
+    let names = ["output", "mean", "var", "input_grad", "weight_grad", "bias_grad", "running_mean", "running_var"];
+    let in_dtype = [true, false, false, true, false, false, false, false];
     names
         .into_iter()
         .zip(got.into_iter().zip(want))
@@ -138,7 +147,7 @@ mod tests {
             OpCount { spec: OpSpec::BatchNormFwdBwd { input: [2, 8, 5, 6], act: true }, count: 1 },
         ];
         let rows = run(&ops, FloatDType::F32, &Device::flex());
-        assert_eq!(rows.len(), 7);
+        assert_eq!(rows.len(), 9);
         for row in &rows {
             assert!(row.pass && row.max_ref > 0.0, "{row:?}");
             assert!(row.max_abs_err <= 1e-4 * row.max_ref);

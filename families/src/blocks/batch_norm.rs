@@ -78,8 +78,8 @@ impl BatchNorm {
         let [n, _, h, w] = x.dims();
         let Some(devices) = cx.sync_group() else {
             // The affine parameters in f32 (the master tensors), as autocast leaves them.
-            let (y, mean, var) = train(x, cx.master_rank1(self.weight), cx.master_rank1(self.bias), self.eps, act);
-            self.record(cx, mean, var, (n * h * w) as f64);
+            let (y, stats) = train(x, cx.master_rank1(self.weight), cx.master_rank1(self.bias), self.eps, act);
+            self.record(cx, stats, (n * h * w) as f64);
             return y;
         };
         // SyncBatchNorm: the per-channel sums of x and x^2 summed over every device (one
@@ -91,20 +91,20 @@ impl BatchNorm {
         let mean = sums.clone().narrow(0, 0, c).div_scalar(count).reshape([1, c, 1, 1]);
         let var = sums.narrow(0, c, c).div_scalar(count).reshape([1, c, 1, 1]).sub(mean.clone().square()).clamp_min(0.0);
         let y = normalize(x, mean.clone(), var.clone(), per_channel(cx.rank1(self.weight)), per_channel(cx.rank1(self.bias)), self.eps);
-        self.record(cx, mean.reshape([c]), var.reshape([c]), count);
+        self.record(cx, Tensor::cat(vec![mean.reshape([1, c]), var.reshape([1, c])], 0), count);
         activate(y)
     }
 
-    /// Records the batch statistics (`[C]`, biased variance over `count` values) for the
-    /// running statistics.
-    fn record(&self, cx: &Ctx, mean: Tensor<1>, var: Tensor<1>, count: f64) {
+    /// Records the batch statistics (`[rows, C]`: the mean, then the biased variance over `count`
+    /// values) for the running statistics.
+    fn record(&self, cx: &Ctx, stats: Tensor<2>, count: f64) {
         cx.record(BatchStats {
             running_mean: self.running_mean,
             running_var: self.running_var,
             count: self.count,
             momentum: self.momentum,
-            mean: mean.detach().inner(),
-            var_unbiased: var.detach().inner().mul_scalar(count / (count - 1.0).max(1.0)),
+            stats: stats.detach().inner(),
+            correction: count / (count - 1.0).max(1.0),
         });
     }
 
@@ -133,16 +133,18 @@ fn composed() -> bool {
 }
 
 /// The single-device training BatchNorm (+ SiLU when `act`) of `x` with the affine `weight` and
-/// `bias` (`[C]`): the output and the batch mean and biased variance (`[C]`, f32, detached).
-pub fn train(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, eps: f64, act: bool) -> (Tensor<4>, Tensor<1>, Tensor<1>) {
+/// `bias` (`[C]`): the output and the batch statistics, `[rows, C]` f32 detached with the mean in
+/// row 0 and the biased variance in row 1.
+pub fn train(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, eps: f64, act: bool) -> (Tensor<4>, Tensor<2>) {
     if !composed() {
         let fused = batch_norm_act(x, weight, bias, eps, act);
-        return (fused.output, fused.mean, fused.var);
+        return (fused.output, fused.stats);
     }
     let c = weight.dims()[0];
     let (mean, var) = batch_stats(&x);
     let y = normalize(x, mean.clone(), var.clone(), weight.reshape([1, c, 1, 1]), bias.reshape([1, c, 1, 1]), eps);
-    (if act { silu(y) } else { y }, mean.detach().reshape([c]), var.detach().reshape([c]))
+    let stats = Tensor::cat(vec![mean.detach().reshape([1, c]), var.detach().reshape([1, c])], 0);
+    (if act { silu(y) } else { y }, stats)
 }
 
 /// The per-channel mean and biased variance of `x` over (N, H, W), each `[1, C, 1, 1]` in f32

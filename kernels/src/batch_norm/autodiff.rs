@@ -8,7 +8,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{AutodiffBackend, Backend, Slice, TensorMetadata};
+use burn::backend::{AutodiffBackend, Backend};
 
 use super::BatchNormActBackend;
 
@@ -24,19 +24,11 @@ impl<B: Backend + BatchNormActBackend> Backward<B, 3> for BatchNormActNode {
         let grad = grads.consume::<B>(&ops.node);
         let (x_state, stats, act) = ops.state;
         let x = checkpointer.retrieve_node_output::<FloatTensor<B>>(x_state);
-        let (dx, wb) = B::batch_norm_act_backward(x, grad, stats, act);
-        let row = |r: isize| {
-            let c = wb.shape()[1];
-            B::float_reshape(B::float_slice(wb.clone(), &[Slice::new(r, Some(r + 1), 1), Slice::new(0, None, 1)]), [c].into())
-        };
-        if let Some(node) = node_x {
-            grads.register::<B>(node.id, dx);
-        }
-        if let Some(node) = node_weight {
-            grads.register::<B>(node.id, row(0));
-        }
-        if let Some(node) = node_bias {
-            grads.register::<B>(node.id, row(1));
+        let (dx, dweight, dbias) = B::batch_norm_act_backward(x, grad, stats, act);
+        for (node, grad) in [(node_x, dx), (node_weight, dweight), (node_bias, dbias)] {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, grad);
+            }
         }
     }
 }
@@ -65,8 +57,13 @@ impl<B: Backend + BatchNormActBackend, C: CheckpointStrategy> BatchNormActBacken
     }
 
     /// Not differentiable itself (no double backward): runs on the inner backend.
-    fn batch_norm_act_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, stats: FloatTensor<Self>, act: bool) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (dx, wb) = B::batch_norm_act_backward(Self::inner(x), Self::inner(grad), Self::inner(stats), act);
-        (Self::from_inner(dx), Self::from_inner(wb))
+    fn batch_norm_act_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
+        act: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let (dx, dweight, dbias) = B::batch_norm_act_backward(Self::inner(x), Self::inner(grad), Self::inner(stats), act);
+        (Self::from_inner(dx), Self::from_inner(dweight), Self::from_inner(dbias))
     }
 }

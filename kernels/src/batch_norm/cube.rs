@@ -82,14 +82,15 @@ impl BatchNormActBackend for CubeBackend {
         (from_rows(y), stats)
     }
 
-    fn batch_norm_act_backward(x: CubeTensor, grad: CubeTensor, stats: CubeTensor, act: bool) -> (CubeTensor, CubeTensor) {
+    fn batch_norm_act_backward(x: CubeTensor, grad: CubeTensor, stats: CubeTensor, act: bool) -> (CubeTensor, CubeTensor, CubeTensor) {
         let x = channel_rows(x);
         let grad = channel_rows(grad);
         let plan = Plan::new(&x, &[&x, &grad]);
         let client = x.client.clone();
         let partials = plan.partials(&x);
         let coef = empty_device_contiguous_dtype(client.clone(), x.device.clone(), Shape::new([2, plan.channels]), DType::F32);
-        let wb = empty_device_contiguous_dtype(client.clone(), x.device.clone(), Shape::new([2, plan.channels]), DType::F32);
+        let per_channel = || empty_device_contiguous_dtype(client.clone(), x.device.clone(), Shape::new([plan.channels]), DType::F32);
+        let (dweight, dbias) = (per_channel(), per_channel());
         let address = address_type(&[&x, &grad, &partials]);
         unsafe {
             kernels::backward_sums::launch_unchecked(
@@ -119,7 +120,8 @@ impl BatchNormActBackend for CubeBackend {
                 partials.into_tensor_arg(),
                 stats.clone().into_tensor_arg(),
                 coef.clone().into_tensor_arg(),
-                wb.clone().into_tensor_arg(),
+                dweight.clone().into_tensor_arg(),
+                dbias.clone().into_tensor_arg(),
                 plan.splits,
                 plan.rows as f32,
             );
@@ -146,7 +148,7 @@ impl BatchNormActBackend for CubeBackend {
                 dtype_to_storage_type(x.dtype),
             );
         }
-        (from_rows(dx), wb)
+        (from_rows(dx), dweight, dbias)
     }
 }
 

@@ -250,9 +250,18 @@ pub fn finalize_forward<E: Float>(
 }
 
 /// From the backward sums of one channel per cube: `coef` `[2, C]` = (A, B) of
-/// `dx = scale * gy + A * (x - mean) + B`, and `wb` `[2, C]` = (dweight, dbias).
+/// `dx = scale * gy + A * (x - mean) + B`, and the affine parameters' gradients (`[C]` each).
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub fn finalize_backward(partials: &Tensor<f32>, stats: &Tensor<f32>, coef: &mut Tensor<f32>, wb: &mut Tensor<f32>, splits: usize, count: f32) {
+#[allow(clippy::too_many_arguments)]
+pub fn finalize_backward(
+    partials: &Tensor<f32>,
+    stats: &Tensor<f32>,
+    coef: &mut Tensor<f32>,
+    dweight: &mut Tensor<f32>,
+    dbias: &mut Tensor<f32>,
+    splits: usize,
+    count: f32,
+) {
     let c = CUBE_POS_X as usize;
     let channels = stats.shape(1);
     let (sum_gy, sum_gy_xc) = sum_splits(partials, c, channels, splits);
@@ -261,8 +270,8 @@ pub fn finalize_backward(partials: &Tensor<f32>, stats: &Tensor<f32>, coef: &mut
         let scale = stats[3 * channels + c];
         coef[c] = -scale * rstd * rstd * sum_gy_xc / count;
         coef[channels + c] = -scale * sum_gy / count;
-        wb[c] = rstd * sum_gy_xc;
-        wb[channels + c] = sum_gy;
+        dweight[c] = rstd * sum_gy_xc;
+        dbias[c] = sum_gy;
     }
 }
 

@@ -51,9 +51,15 @@ pub trait BatchNormActBackend: Backend {
         reference::forward::<Self>(x, weight, bias, epsilon, act)
     }
 
-    /// `(dx, [dweight; dbias])` from the gradient of `y`: dx in x's dtype, the second `[2, C]` f32.
+    /// `(dx, dweight, dbias)` from the gradient of `y`: dx in x's dtype, the other two `[C]` f32,
+    /// each in a buffer of its own (the optimizer reads them as they are: no slice copies).
     #[fusion(meta = backward_meta)]
-    fn batch_norm_act_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>, stats: FloatTensor<Self>, act: bool) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    fn batch_norm_act_backward(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
+        act: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         reference::backward::<Self>(x, grad, stats, act)
     }
 }
@@ -63,8 +69,9 @@ fn forward_meta(x: &TensorSpec, _weight: &TensorSpec, _bias: &TensorSpec, _epsil
     (x.clone(), stats)
 }
 
-fn backward_meta(x: &TensorSpec, _grad: &TensorSpec, _stats: &TensorSpec, _act: &bool) -> (TensorSpec, TensorSpec) {
-    (x.clone(), TensorSpec::new(Shape::new([2, x.shape[1]]), DType::F32))
+fn backward_meta(x: &TensorSpec, _grad: &TensorSpec, _stats: &TensorSpec, _act: &bool) -> (TensorSpec, TensorSpec, TensorSpec) {
+    let per_channel = TensorSpec::new(Shape::new([x.shape[1]]), DType::F32);
+    (x.clone(), per_channel.clone(), per_channel)
 }
 
 impl BatchNormActBackend for Flex {}
@@ -74,10 +81,26 @@ impl BatchNormActBackend for Capture {}
 pub struct BatchNormAct {
     /// `act(batchnorm(x))`, x's shape and dtype.
     pub output: Tensor<4>,
-    /// Per-channel batch mean, `[C]` f32, detached.
-    pub mean: Tensor<1>,
-    /// Per-channel biased batch variance, `[C]` f32, detached.
-    pub var: Tensor<1>,
+    /// The statistics `[5, C]` f32, detached: rows [`MEAN`], [`VAR`] (biased), [`RSTD`],
+    /// [`SCALE`], [`SHIFT`]. The running statistics are folded from it as it is
+    /// ([`crate::in_place::running_stats`]).
+    pub stats: Tensor<2>,
+}
+
+impl BatchNormAct {
+    /// Per-channel batch mean, `[C]` f32 (a slice: a copy kernel on the GPU).
+    pub fn mean(&self) -> Tensor<1> {
+        self.row(MEAN)
+    }
+
+    /// Per-channel biased batch variance, `[C]` f32 (a slice: a copy kernel on the GPU).
+    pub fn var(&self) -> Tensor<1> {
+        self.row(VAR)
+    }
+
+    fn row(&self, r: usize) -> Tensor<1> {
+        self.stats.clone().narrow(0, r, 1).reshape([-1])
+    }
 }
 
 /// Training BatchNorm of `x` (`[N, C, H, W]`) with the affine `weight` and `bias` (`[C]`, cast to
@@ -87,9 +110,7 @@ pub fn batch_norm_act(x: Tensor<4>, weight: Tensor<1>, bias: Tensor<1>, epsilon:
     let (weight, bias) = (weight.cast(FloatDType::F32), bias.cast(FloatDType::F32));
     let (y, stats) =
         <burn::backend::Dispatch as BatchNormActBackend>::batch_norm_act_forward(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch(), epsilon, act);
-    let stats = Tensor::<2>::from_dispatch(stats).detach();
-    let row = |r: usize| stats.clone().narrow(0, r, 1).reshape([-1]);
-    BatchNormAct { output: Tensor::from_dispatch(y), mean: row(MEAN), var: row(VAR) }
+    BatchNormAct { output: Tensor::from_dispatch(y), stats: Tensor::<2>::from_dispatch(stats).detach() }
 }
 
 #[cfg(test)]

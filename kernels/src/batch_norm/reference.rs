@@ -51,7 +51,7 @@ pub fn forward<B: Backend>(x: FloatTensor<B>, weight: FloatTensor<B>, bias: Floa
     (B::float_cast(y, dtype.into()), stats)
 }
 
-pub fn backward<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>, stats: FloatTensor<B>, act: bool) -> (FloatTensor<B>, FloatTensor<B>) {
+pub fn backward<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>, stats: FloatTensor<B>, act: bool) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
     let dtype = x.dtype();
     let [n, c, h, w] = [0, 1, 2, 3].map(|d| x.shape()[d]);
     let m = (n * h * w) as f64;
@@ -74,8 +74,7 @@ pub fn backward<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>, stats: Floa
     ));
     let b = B::float_neg(B::float_div_scalar(B::float_mul(scale.clone(), sum_gy.clone()), Scalar::Float(m)));
     let dx = B::float_add(B::float_add(B::float_mul(gy, scale), B::float_mul(centred, a)), b);
-    let flat = |t: FloatTensor<B>| B::float_reshape(t, Shape::new([1, c]));
+    let flat = |t: FloatTensor<B>| B::float_reshape(t, Shape::new([c]));
     let dweight = B::float_mul(rstd, sum_gy_xc);
-    let wb = B::float_cat(vec![flat(dweight), flat(sum_gy)], 0);
-    (B::float_cast(dx, dtype.into()), wb)
+    (B::float_cast(dx, dtype.into()), flat(dweight), flat(sum_gy))
 }

@@ -29,4 +29,15 @@ impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Auto
     fn blend_const(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: f64, take: f64) -> FloatTensor<Self> {
         Self::from_inner(B::blend_const(Self::inner(target), Self::inner(source), keep, take))
     }
+
+    fn running_stats(
+        mean: FloatTensor<Self>,
+        var: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
+        momentum: f64,
+        correction: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (m, v) = B::running_stats(Self::inner(mean), Self::inner(var), Self::inner(stats), momentum, correction);
+        (Self::from_inner(m), Self::from_inner(v))
+    }
 }

@@ -92,6 +92,33 @@ impl InPlaceBackend for CubeBackend {
         }
         target
     }
+
+    fn running_stats(mean: CubeTensor, var: CubeTensor, stats: CubeTensor, momentum: f64, correction: f64) -> (CubeTensor, CubeTensor) {
+        if !all_f32(&[&mean, &var, &stats]) {
+            return reference::running_stats::<Self>(mean, var, stats, momentum, correction);
+        }
+        let (mean, var, stats) = (writable(mean), writable(var), readable(stats));
+        let channels = mean.meta.shape().num_elements();
+        assert_eq!(channels, var.meta.shape().num_elements(), "running_stats: mean and variance have one value a channel");
+        assert!(stats.meta.shape()[0] >= 2 && stats.meta.shape()[1] == channels, "running_stats: the statistics are [rows >= 2, C]");
+        let launch = Launch::new(channels, &[&mean, &var, &stats]);
+        unsafe {
+            kernels::running_stats::launch_unchecked(
+                &mean.client,
+                launch.count(),
+                CubeDim::new_1d(CUBE_UNITS as u32),
+                launch.address,
+                mean.clone().into_tensor_arg(),
+                var.clone().into_tensor_arg(),
+                stats.into_tensor_arg(),
+                (1.0 - momentum) as f32,
+                momentum as f32,
+                correction as f32,
+                launch.total,
+            );
+        }
+        (mean, var)
+    }
 }
 
 fn all_f32(tensors: &[&CubeTensor]) -> bool {

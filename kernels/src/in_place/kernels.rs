@@ -60,3 +60,13 @@ pub fn blend_const(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: f32, ta
     let i = position(total);
     target[i] = target[i] * keep + source[i] * take;
 }
+
+/// BatchNorm's running mean and variance in place, one channel a unit, from `stats` (`[rows,
+/// C]` dense: the batch mean in row 0, the biased variance in row 1).
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn running_stats(mean: &mut Tensor<f32>, var: &mut Tensor<f32>, stats: &Tensor<f32>, keep: f32, take: f32, correction: f32, channels: usize) {
+    let c = position(channels);
+    mean[c] = mean[c] * keep + stats[c] * take;
+    var[c] = var[c] * keep + stats[channels + c] * correction * take;
+}

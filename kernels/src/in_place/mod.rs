@@ -1,6 +1,7 @@
 //! The training state's updates, each written into its tensor's own buffer by one kernel: the
-//! SGD step (parameter and momentum buffer together) and a weighted sum `target * keep +
-//! source * take` (the EMA, BatchNorm's running statistics).
+//! SGD step (parameter and momentum buffer together), a weighted sum `target * keep + source *
+//! take` (the EMA) and BatchNorm's running mean and variance (both from the layer's statistics
+//! tensor, one kernel a layer).
 //!
 //! Why: a captured step must find every state tensor in the buffer it recorded. Composed of
 //! tensor operations, an update lands in a new buffer and is copied back (`tensor::write_into`):
@@ -51,10 +52,26 @@ pub trait InPlaceBackend: Backend {
         reference::blend::<Self>(target, source, keep, take)
     }
 
-    /// `target * keep + source * take` with constant weights (BatchNorm's running statistics).
+    /// `target * keep + source * take` with constant weights.
     #[fusion(meta = blend_const_meta)]
     fn blend_const(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: f64, take: f64) -> FloatTensor<Self> {
         reference::blend_const::<Self>(target, source, keep, take)
+    }
+
+    /// `(mean, var)`, BatchNorm's running statistics (`[C]`) after a batch, with PyTorch's rule:
+    /// `mean * (1 - momentum) + batch_mean * momentum`, and the same for the variance with the
+    /// batch's biased variance times `correction` (`n / (n - 1)`: unbiased). `stats` is `[rows,
+    /// C]` with the batch mean in row 0 and the biased variance in row 1, as the fused
+    /// BatchNorm leaves them: read there, not sliced out (a slice is a copy kernel).
+    #[fusion(meta = running_stats_meta)]
+    fn running_stats(
+        mean: FloatTensor<Self>,
+        var: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
+        momentum: f64,
+        correction: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        reference::running_stats::<Self>(mean, var, stats, momentum, correction)
     }
 }
 
@@ -77,6 +94,10 @@ fn blend_meta(target: &TensorSpec, _source: &TensorSpec, _keep: &TensorSpec, _ta
 
 fn blend_const_meta(target: &TensorSpec, _source: &TensorSpec, _keep: &f64, _take: &f64) -> TensorSpec {
     target.clone()
+}
+
+fn running_stats_meta(mean: &TensorSpec, var: &TensorSpec, _stats: &TensorSpec, _momentum: &f64, _correction: &f64) -> (TensorSpec, TensorSpec) {
+    (mean.clone(), var.clone())
 }
 
 impl InPlaceBackend for Flex {}
@@ -120,6 +141,19 @@ pub fn blend<const D: usize>(target: Tensor<D>, source: Tensor<D>, keep: &Tensor
 /// target is passed as its last use.
 pub fn blend_const<const D: usize>(target: Tensor<D>, source: Tensor<D>, keep: f64, take: f64) -> Tensor<D> {
     Tensor::from_dispatch(<burn::backend::Dispatch as InPlaceBackend>::blend_const(target.into_dispatch(), source.into_dispatch(), keep, take))
+}
+
+/// BatchNorm's running `mean` and `var` after a batch (see [`InPlaceBackend::running_stats`]);
+/// in their own buffers on the GPU when both are passed as their last use.
+pub fn running_stats(mean: Tensor<1>, var: Tensor<1>, stats: &Tensor<2>, momentum: f64, correction: f64) -> (Tensor<1>, Tensor<1>) {
+    let (m, v) = <burn::backend::Dispatch as InPlaceBackend>::running_stats(
+        mean.into_dispatch(),
+        var.into_dispatch(),
+        stats.clone().into_dispatch(),
+        momentum,
+        correction,
+    );
+    (Tensor::from_dispatch(m), Tensor::from_dispatch(v))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Scalar, TensorMetadata};
-use burn::tensor::Shape;
+use burn::tensor::{Shape, Slice};
 
 /// `t` reshaped to `shape`.
 fn shaped<B: Backend>(t: FloatTensor<B>, shape: Shape) -> FloatTensor<B> {
@@ -40,4 +40,21 @@ pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: F
 
 pub fn blend_const<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: f64, take: f64) -> FloatTensor<B> {
     B::float_add(B::float_mul_scalar(target, Scalar::Float(keep)), B::float_mul_scalar(source, Scalar::Float(take)))
+}
+
+pub fn running_stats<B: Backend>(
+    mean: FloatTensor<B>,
+    var: FloatTensor<B>,
+    stats: FloatTensor<B>,
+    momentum: f64,
+    correction: f64,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let c = mean.shape()[0];
+    let row = |r: isize, like: &FloatTensor<B>| {
+        let slices = [Slice::new(r, Some(r + 1), 1), Slice::new(0, None, 1)];
+        B::float_cast(B::float_reshape(B::float_slice(stats.clone(), &slices), Shape::new([c])), like.dtype().into())
+    };
+    let (batch_mean, batch_var) = (row(0, &mean), row(1, &var));
+    let batch_var = B::float_mul_scalar(batch_var, Scalar::Float(correction));
+    (blend_const::<B>(mean, batch_mean, 1.0 - momentum, momentum), blend_const::<B>(var, batch_var, 1.0 - momentum, momentum))
 }

@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{blend, blend_const, sgd_step};
+use super::{blend, blend_const, running_stats, sgd_step};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -56,4 +56,24 @@ fn blend_weights_target_and_source() {
     let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
     close(&values(blend(target(), source(), &scalar(keep), &scalar(take))), &want);
     close(&values(blend_const(target(), source(), keep, take)), &want);
+}
+
+/// PyTorch's BatchNorm2d running statistics after one batch of n values a channel:
+/// `(1 - momentum) * running + momentum * batch`, the variance unbiased (times n / (n - 1)), both
+/// read from the rows of the fused BatchNorm's `[5, C]` statistics (the other rows ignored).
+#[test]
+fn running_stats_follow_torchs_rule_from_the_statistics_rows() {
+    let device = Device::flex();
+    let (m0, v0) = ([0.5f32, -1.0, 2.0], [1.0f32, 0.25, 4.0]);
+    let (batch_mean, batch_var) = ([1.5f32, 0.0, -2.0], [0.5f32, 2.0, 1.0]);
+    let mut rows = batch_mean.to_vec();
+    rows.extend(batch_var);
+    rows.extend([9.0f32; 9]); // rstd, scale, shift: not read
+    let stats = Tensor::<2>::from_data(TensorData::new(rows, [5, 3]), &device);
+    let vector = |v: [f32; 3]| Tensor::<1>::from_data(TensorData::new(v.to_vec(), [3]), &device);
+    let (momentum, n) = (0.03f64, 8.0f64);
+    let (mean, var) = running_stats(vector(m0), vector(v0), &stats, momentum, n / (n - 1.0));
+    let rule = |r: f32, b: f64| ((1.0 - momentum) * r as f64 + momentum * b) as f32;
+    close(&values(mean), &(0..3).map(|i| rule(m0[i], batch_mean[i] as f64)).collect::<Vec<_>>());
+    close(&values(var), &(0..3).map(|i| rule(v0[i], batch_var[i] as f64 * n / (n - 1.0))).collect::<Vec<_>>());
 }
