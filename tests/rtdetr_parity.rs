@@ -23,6 +23,22 @@ const OUTPUTS: f64 = 1e-4;
 /// Each gradient, relative to its largest value or a thousandth of the largest gradient.
 const GRADS: f64 = 1e-3;
 
+/// The device the fixture checks run on: the CPU, or the first GPU with
+/// `LIBREYOLO_TEST_DEVICE=cuda` (this test binary run on a GPU machine checks the GPU's kernels
+/// against LibreYOLO's values, in f32 as on the CPU).
+fn test_device() -> Device {
+    match std::env::var("LIBREYOLO_TEST_DEVICE").as_deref() {
+        Ok("cuda") => Device::cuda(0),
+        _ => Device::flex(),
+    }
+}
+
+/// The `n` largest of `(parameter, error)` rows, largest first, one a line.
+fn worst_of(mut errors: Vec<(String, f64)>, n: usize) -> String {
+    errors.sort_by(|a, b| b.1.total_cmp(&a.1));
+    errors.iter().take(n).map(|(name, e)| format!("  {name} {e:.2e}")).collect::<Vec<_>>().join("\n")
+}
+
 #[test]
 fn rtdetr_r18_matches_libreyolo_keys_and_count() {
     let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(project_dir().join("rtdetr_keys.json")).unwrap()).unwrap();
@@ -43,7 +59,7 @@ fn narrow_rtdetr_outputs_batch_norm_and_gradients_match_libreyolo() {
     let dir = project_dir();
     let io = Fixture::open(&dir.join("rtdetr_narrow_io.safetensors")).unwrap();
     let nc = *io.get("eval_logits").shape.last().unwrap();
-    let device = Device::flex();
+    let device = test_device();
     let (network, mut params) = network_in(&dir, "rtdetr_narrow", nc, &device).unwrap();
     libreyolo_families::weights::load_safetensors(&mut params, &dir.join("rtdetr_narrow.safetensors"), false).unwrap();
     let pixels = io.get("images_u8");
@@ -78,7 +94,7 @@ fn narrow_rtdetr_outputs_batch_norm_and_gradients_match_libreyolo() {
     let grads = libreyolo_run::parity::classifier::gradients(&io, &params, &cx.gradients(&surrogate.backward())).unwrap();
     assert_eq!(grads.len(), 325, "every trained parameter's gradient is in the fixture");
     let worst = grads.iter().cloned().fold((String::new(), 0.0), |m, g| if g.1 > m.1 { g } else { m });
-    eprintln!("surrogate {got} (LibreYOLO {want}); worst gradient: {} {:.2e}", worst.0, worst.1);
+    eprintln!("surrogate {got} (LibreYOLO {want}); worst gradients:\n{}", worst_of(grads.clone(), 8));
     assert!(worst.1 < GRADS, "d surrogate / d {}: error {:.2e} (tolerance {GRADS:.0e})", worst.0, worst.1);
 
     params.apply_batch_stats(cx.take_batch_stats());
@@ -100,7 +116,7 @@ impl DenoisingStep {
     fn open() -> Self {
         let dir = project_dir();
         let io = Fixture::open(&dir.join("rtdetr_narrow_dn_io.safetensors")).unwrap();
-        let device = Device::flex();
+        let device = test_device();
         let (network, mut params) = network_in(&dir, "rtdetr_narrow", 5, &device).unwrap();
         libreyolo_families::weights::load_safetensors(&mut params, &dir.join("rtdetr_narrow.safetensors"), false).unwrap();
         let pixels = io.get("images_u8");
@@ -197,7 +213,7 @@ fn narrow_rtdetr_denoising_step_matches_libreyolo() {
     assert_eq!(grads.len(), 326, "every parameter's gradient, the denoising class embedding's too");
     let worst = grads.iter().cloned().fold((String::new(), 0.0), |m, g| if g.1 > m.1 { g } else { m });
     let theirs = io.get("libreyolo_f32_grad_err").scalar();
-    eprintln!("worst gradient: {} {:.2e} (LibreYOLO's float32 step: {theirs:.2e})", worst.0, worst.1);
+    eprintln!("worst gradients (LibreYOLO's float32 step: {theirs:.2e}):\n{}", worst_of(grads.clone(), 8));
     assert!(worst.1 < GRADS, "d loss / d {}: error {:.2e} (tolerance {GRADS:.0e})", worst.0, worst.1);
 }
 
@@ -209,7 +225,7 @@ fn narrow_rtdetr_denoising_step_matches_libreyolo() {
 fn denoising_loss_on_libreyolo_outputs_matches_it() {
     let step = DenoisingStep::open();
     let io = &step.io;
-    let device = Device::flex();
+    let device = test_device();
     let map = |name: &str| {
         let t = io.get(&format!("train_{name}"));
         let s = &t.shape;
