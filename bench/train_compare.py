@@ -12,7 +12,7 @@ under OUT.
 
 Both engines keep their family's defaults for everything not set here (LibreYOLO 1.6's YOLOv9
 schedule: SGD, warm-up 3 epochs, linear schedule, no_aug_epochs 15, EMA, validation every 10
-epochs and after the last; YOLOX's yoloxwarmcos, 5 warm-up epochs, MixUp). Both run CUDA graphs (LibreYOLO `cuda_graph=True`, ours the whole
+epochs and after the last; YOLOX's yoloxwarmcos, 5 warm-up epochs, MixUp). Both run CUDA graphs unless `--eager` (LibreYOLO `cuda_graph=True`, ours the whole
 step captured): graphs change speed, not arithmetic. By default the two trainings run at the
 same time on the one GPU, so both fit one remote run; their wall times are then shared-GPU
 times, not step times (bench/compare.py measures those). `--limit` stops both, and a failing
@@ -128,7 +128,7 @@ def libreyolo_command(args, out):
     settings = dict(data=args.data, nc=dataset_nc(args.data), epochs=args.epochs, batch=args.batch, imgsz=args.imgsz, device=args.device,
                     workers=args.workers, seed=args.seed, project=out, amp=amp,
                     amp_dtype={"bf16": "bfloat16", "f16": "float16"}.get(args.dtype, "float16"),
-                    graph=args.device != "cpu", family=args.family, bench=HERE, size=args.size, recipe=recipe(args))
+                    graph=args.device != "cpu" and not args.eager, family=args.family, bench=HERE, size=args.size, recipe=recipe(args))
     return [sys.executable, "-c", LIBREYOLO_TRAIN, json.dumps(settings)]
 
 
@@ -144,7 +144,8 @@ def ours_command(args, out):
            f"batch={args.batch}", f"imgsz={args.imgsz}", f"epochs={args.epochs}", f"workers={args.workers}",
            "cache=ram", f"seed={args.seed}", f"project={out}", "name=ours", "exist_ok=true"] + precision_args(args.dtype)
     if args.device != "cpu":
-        cmd += ["cuda_graph=true"]  # the manifest marks the whole step; this turns capture on
+        # the manifest marks the whole step; this turns capture on (or off: --eager)
+        cmd += ["cuda_graph=false" if args.eager else "cuda_graph=true"]
     if args.init_from_libreyolo:
         cmd += [f"weights={libreyolo_init(args, out)}"]
     if args.no_aug_epochs is not None:
@@ -195,6 +196,7 @@ def main():
     p.add_argument("--limit", type=int, default=540, help="seconds before both trainings are stopped")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--sequential", action="store_true", help="run LibreYOLO first, then ours")
+    p.add_argument("--eager", action="store_true", help="both engines without CUDA graphs (the default captures both)")
     p.add_argument("--engines", default="both", choices=["both", "ours", "libreyolo"], help="which engines train")
     p.add_argument("--init-from-libreyolo", action="store_true", help="ours starts from LibreYOLO's initial weights")
     p.add_argument("--no-cross-val", action="store_true", help="skip scoring the best weights with both validators")
