@@ -25,7 +25,9 @@ const GRADS: f64 = 1e-3;
 
 /// The device the fixture checks run on: the CPU, or the first GPU with
 /// `LIBREYOLO_TEST_DEVICE=cuda` (this test binary run on a GPU machine checks the GPU's kernels
-/// against LibreYOLO's values, in f32 as on the CPU).
+/// against LibreYOLO's values, in f32 as on the CPU). Set `BURN_MATMUL_KERNELS=fixed` there too,
+/// as the engine does: autotuning every new matmul shape compiles ~20 candidates each, and the
+/// denoising step did not finish in 125 s on an H100 without it.
 fn test_device() -> Device {
     match std::env::var("LIBREYOLO_TEST_DEVICE").as_deref() {
         Ok("cuda") => Device::cuda(0),
