@@ -4,6 +4,7 @@
 pub mod kernel_check;
 pub mod loss;
 pub mod network;
+pub mod network_check;
 pub mod ops;
 
 use std::time::Instant;

@@ -45,6 +45,11 @@ enum BenchWhat {
         /// Measure the eval forward only (no training forward+backward).
         #[arg(long)]
         forward_only: bool,
+        /// Check the whole training forward and backward on the device against the CPU in f32
+        /// instead of timing: every output and every parameter's gradient (the same weights and
+        /// images on both), the worst listed; fails past 1e-2 of its magnitude.
+        #[arg(long)]
+        check: bool,
     },
     /// Every op of the network's training step at its exact shapes (conv forward, input- and
     /// weight-gradient, BatchNorm and SiLU forward+backward, pools, upsample, concat), per unique
@@ -96,6 +101,41 @@ impl From<Dtype> for FloatDType {
     }
 }
 
+/// Error allowed by `bench network --check`, relative to a result's magnitude: f32 on both sides,
+/// but a device's f32 matmuls and convolutions may round their products (TF32) and add in
+/// another order, across every layer of the network.
+const NETWORK_CHECK_TOLERANCE: f64 = 1e-2;
+
+/// `bench network --check`: prints the outputs' and the worst gradients' errors on `dev` against
+/// the CPU; an error past [`NETWORK_CHECK_TOLERANCE`] fails the command.
+fn network_check(
+    args: &BenchArgs,
+    network: &libreyolo_families::Network,
+    params: &libreyolo_families::ParamStore,
+    describe: &str,
+    dev: &burn::tensor::Device,
+) -> Result<(), Failure> {
+    let mut rows = bench::network_check::run(network, params, args.batch, args.imgsz, args.imgsz, dev);
+    println!("\ntraining forward and backward on {describe} against the CPU in f32 (b{} {}px)\n", args.batch, args.imgsz);
+    println!("| result | max error | max magnitude | relative |");
+    println!("|---|---:|---:|---:|");
+    let (maps, mut grads): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.name.starts_with("map "));
+    grads.sort_by(|a, b| b.rel.total_cmp(&a.rel));
+    for r in maps.iter().chain(grads.iter().take(20)) {
+        println!("| {} | {:.3e} | {:.3e} | {:.2e} |", r.name, r.max_abs_err, r.max_ref, r.rel);
+    }
+    println!("({} gradients, the 20 worst shown)", grads.len());
+    if let Some(path) = &args.json {
+        let report = serde_json::json!({"device": describe, "batch": args.batch, "imgsz": args.imgsz, "tolerance": NETWORK_CHECK_TOLERANCE, "checks": rows});
+        std::fs::write(path, serde_json::to_string_pretty(&report).expect("serializes")).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    rows.retain(|r| !(r.rel <= NETWORK_CHECK_TOLERANCE));
+    if !rows.is_empty() {
+        return Err(anyhow::anyhow!("{} results past {NETWORK_CHECK_TOLERANCE:.0e} of their magnitude, the first {}", rows.len(), rows[0].name).into());
+    }
+    Ok(())
+}
+
 #[derive(Serialize)]
 struct Report {
     device: String,
@@ -111,9 +151,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     eprintln!("bench on {} (convolution kernels: {})", device.describe(), crate::kernel_cache::conv_kernels());
     let timer = bench::Timer { device: &dev, warmup: args.warmup, iters: args.iters, graph: args.graph };
     let timings = match &args.what {
-        BenchWhat::Network { manifest, dtype, forward_only } => {
+        BenchWhat::Network { manifest, dtype, forward_only, check } => {
             let loaded = crate::manifest::load(manifest, &[])?;
             let (network, params) = crate::network::build(&loaded, 80, false, &burn::tensor::Device::flex())?;
+            if *check {
+                return network_check(args, &network, &params, &device.describe(), &dev);
+            }
             let mut rows = vec![];
             for d in dtype {
                 rows.extend(bench::network::run(&network_bench(args, *d, !forward_only), &network, &params, &timer));
