@@ -10,6 +10,8 @@ use burn::tensor::{Device, Distribution, FloatDType, Tensor};
 use libreyolo_families::{Ctx, Network, ParamStore};
 use serde::Serialize;
 
+use crate::parity::fixture::max_abs_diff;
+
 /// One output's or one parameter's error on the device against the CPU.
 #[derive(Debug, Clone, Serialize)]
 pub struct NetworkCheck {
@@ -79,10 +81,13 @@ fn compared(pairs: Vec<(String, &Vec<f32>, &Vec<f32>)>) -> Vec<NetworkCheck> {
     pairs
         .into_iter()
         .map(|(name, want, got)| {
-            let max_abs_err = want.iter().zip(got).fold(0f32, |m, (w, g)| m.max((w - g).abs()));
             let max_ref = magnitude(want);
-            let rel = if want.len() != got.len() { f64::INFINITY } else { max_abs_err as f64 / max_ref.max(largest * 1e-3).max(f32::MIN_POSITIVE) as f64 };
-            NetworkCheck { name, max_abs_err, max_ref, rel }
+            if want.len() != got.len() {
+                return NetworkCheck { name, max_abs_err: f32::INFINITY, max_ref, rel: f64::INFINITY };
+            }
+            let max_abs_err = max_abs_diff(want, got);
+            let rel = max_abs_err / max_ref.max(largest * 1e-3).max(f32::MIN_POSITIVE) as f64;
+            NetworkCheck { name, max_abs_err: max_abs_err as f32, max_ref, rel }
         })
         .collect()
 }
