@@ -8,8 +8,8 @@
 #
 # Writes $OUT/kernels_NAME.txt (the tables, the run's capture lines and peak memory),
 # $OUT/kernels_NAME.json (`profile kernels --json`) and $OUT/kernels_NAME.log.xz (the run's
-# log). Needs .gpu/coco128; the classifiers train on `bench/make_crops.py`'s crops of it (made
-# here). BATCH (16), DTYPE (bf16), TOP (40), LIMIT_S
+# log). Needs .gpu/coco128 (or COCO, a folder of that layout); the classifiers train on
+# `bench/make_crops.py`'s crops of it (made here). BATCH (16), DTYPE (bf16), TOP (40), LIMIT_S
 # (each run's limit, 150), DEVICE (0) and EXTRA (more overrides, after these) as environment
 # variables; a CPU smoke run: DEVICE=cpu EXTRA="imgsz=64 profile.warmup=1 profile.steps=2".
 set -uo pipefail
@@ -20,12 +20,13 @@ top=${TOP:-40}
 limit=${LIMIT_S:-150}
 # shellcheck disable=SC2206 # EXTRA is a list of overrides
 extra=(${EXTRA:-})
-sed "s|^path: .*|path: $PWD/.gpu/coco128|" .gpu/coco128/coco128.yaml > /tmp/coco128.yaml
+coco=$(realpath "${COCO:-.gpu/coco128}")
+sed "s|^path: .*|path: $coco|" "$coco/coco128.yaml" > /tmp/coco128.yaml
 work=$(mktemp -d /tmp/kernels.XXXX) # a fresh directory: a warm machine keeps /tmp
 for name in "$@"; do
     case "$name" in
     mobilenetv4* | resnet*)
-        [ -d /tmp/crops ] || python3 bench/make_crops.py .gpu/coco128 /tmp/crops > /dev/null
+        [ -d /tmp/crops ] || python3 bench/make_crops.py "$coco" /tmp/crops > /dev/null
         data=(data=/tmp/crops imgsz=224) ;;
     *) data=(data=/tmp/coco128.yaml imgsz=640) ;;
     esac
