@@ -31,6 +31,7 @@ CATEGORY = {
     "avg_pool": "avg-pool",
     "upsample": "upsample",
     "concat": "concat",
+    "gather_rows_fwd_bwd": "gather rows fwd+bwd",
 }
 
 
@@ -126,6 +127,12 @@ def make_op(spec, dtype, device):
     if op == "concat":
         xs = [r(*d) for d in spec["inputs"]]
         return lambda: torch.cat(xs, 1)
+    if op == "gather_rows_fwd_bwd":
+        maps, tokens, channels = spec["input"]
+        x = r(maps, tokens, channels).requires_grad_(True)
+        idx = torch.randint(0, tokens, (maps, spec["rows"], 1), device=device).expand(-1, -1, channels)
+        gout = r(maps, spec["rows"], channels)
+        return lambda: torch.autograd.grad(torch.gather(x, 1, idx), x, gout)
     raise ValueError(f"unknown op {op}")
 
 

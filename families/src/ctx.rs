@@ -90,6 +90,13 @@ pub enum TracedOp {
     Concat {
         inputs: Vec<[usize; 4]>,
     },
+    /// A gather of `rows` rows from each of `input[0]` `(tokens, channels)` maps and its
+    /// backward, a scatter-add of the rows' gradients (one corner of the deformable attention's
+    /// bilinear sampling at one level).
+    GatherRows {
+        input: [usize; 3],
+        rows: usize,
+    },
 }
 
 /// Inference fusion (LibreYOLO's `fuse()`): each Conv-BN as one convolution with a bias, each

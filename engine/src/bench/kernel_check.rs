@@ -2,7 +2,8 @@
 //! the bench's device, against the CPU backend in f32 on the same (dtype-rounded) random inputs:
 //! the convolution weight gradients (on CUDA the split-K kernel of vendor/burn-cubecl) and the
 //! fused BatchNorm (+ SiLU) forward and backward with its running-statistics update
-//! (libreyolo-kernels). The device runs whatever
+//! (libreyolo-kernels), and the gathers of the deformable attention's sampling with their
+//! scatter-add backward (burn's, which picks atomic adds by dtype). The device runs whatever
 //! its selection picks, so a custom kernel is checked at every shape it will see.
 
 use burn::tensor::module::conv2d_weight_backward;
@@ -12,14 +13,15 @@ use libreyolo_kernels::batch_norm::batch_norm_act;
 use libreyolo_kernels::in_place::running_stats;
 use serde::Serialize;
 
-use super::ops::{OpCount, OpSpec, rand_channels_last, weight_grad_operands};
+use super::ops::{OpCount, OpSpec, gather_rows_fwd_bwd, gather_rows_operands, rand_channels_last, weight_grad_operands};
 
 /// One tensor's error at one shape.
 #[derive(Debug, Clone, Serialize)]
 pub struct KernelCheck {
     pub spec: OpSpec,
-    /// Which result: `weight_grad`, or one of the BatchNorm's `output`, `mean`, `var`,
-    /// `input_grad`, `weight_grad`, `bias_grad`, `running_mean`, `running_var`.
+    /// Which result: `weight_grad`, one of the BatchNorm's `output`, `mean`, `var`,
+    /// `input_grad`, `weight_grad`, `bias_grad`, `running_mean`, `running_var`, or the gather's
+    /// `rows` and `input_grad`.
     pub tensor: &'static str,
     pub dtype: String,
     /// Largest absolute difference from the reference.
@@ -48,12 +50,14 @@ fn f32_result_tolerance(dtype: FloatDType) -> f32 {
 
 /// Checks every `ConvWeightGrad` and `BatchNormFwdBwd` of `ops` in `dtype` on `device`.
 pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device) -> Vec<KernelCheck> {
-    let specs: Vec<&OpSpec> = ops.iter().map(|o| &o.spec).filter(|s| matches!(s, OpSpec::ConvWeightGrad { .. } | OpSpec::BatchNormFwdBwd { .. })).collect();
+    let checked = |s: &&OpSpec| matches!(s, OpSpec::ConvWeightGrad { .. } | OpSpec::BatchNormFwdBwd { .. } | OpSpec::GatherRowsFwdBwd { .. });
+    let specs: Vec<&OpSpec> = ops.iter().map(|o| &o.spec).filter(checked).collect();
     let mut out = vec![];
     for (i, spec) in specs.iter().enumerate() {
         let results = match **spec {
             OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => weight_grad(input, c_out, k, stride, padding, groups, dtype, device),
             OpSpec::BatchNormFwdBwd { input, act } => batch_norm(input, act, dtype, device),
+            OpSpec::GatherRowsFwdBwd { input, rows } => gather_rows(input, rows, dtype, device),
             _ => unreachable!("filtered above"),
         };
         for (tensor, got, want, tolerance) in results {
@@ -91,6 +95,17 @@ fn weight_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding
     let got = on_cpu(&conv2d_weight_backward(x.clone(), w.clone(), g.clone(), o.clone()));
     let want = conv2d_weight_backward(on_cpu(&x), on_cpu(&w), on_cpu(&g), o);
     vec![("weight_grad", flat(got), flat(want), tolerance(dtype))]
+}
+
+/// The deformable sampling's gather and its backward, whose scatter-add burn runs on CUDA with
+/// atomic adds where the dtype has them (f32) and with a serial kernel that accumulates in the
+/// dtype otherwise (vendor/burn-cubecl `kernel/index/scatter.rs`): the maps' gradient against the
+/// CPU's f32 sums of the same rounded inputs.
+fn gather_rows(input: [usize; 3], rows: usize, dtype: FloatDType, device: &Device) -> Compared {
+    let (x, at, g) = gather_rows_operands(input, rows, dtype, device);
+    let (rows_got, grad_got) = gather_rows_fwd_bwd(x.clone(), at.clone(), g.clone());
+    let (rows_want, grad_want) = gather_rows_fwd_bwd(on_cpu(&x), on_cpu(&at), on_cpu(&g));
+    vec![("rows", flat(on_cpu(&rows_got)), flat(rows_want), tolerance(dtype)), ("input_grad", flat(on_cpu(&grad_got)), flat(grad_want), tolerance(dtype))]
 }
 
 /// The fused BatchNorm (+ SiLU when `act`) forward and backward on a channels-last input (a
@@ -145,9 +160,10 @@ mod tests {
         let ops = [
             OpCount { spec: OpSpec::ConvWeightGrad { input: [2, 3, 8, 8], c_out: 4, k: 3, stride: 1, padding: 1, groups: 1 }, count: 1 },
             OpCount { spec: OpSpec::BatchNormFwdBwd { input: [2, 8, 5, 6], act: true }, count: 1 },
+            OpCount { spec: OpSpec::GatherRowsFwdBwd { input: [3, 20, 4], rows: 50 }, count: 1 },
         ];
         let rows = run(&ops, FloatDType::F32, &Device::flex());
-        assert_eq!(rows.len(), 9);
+        assert_eq!(rows.len(), 11);
         for row in &rows {
             assert!(row.pass && row.max_ref > 0.0, "{row:?}");
             assert!(row.max_abs_err <= 1e-4 * row.max_ref);

@@ -74,10 +74,17 @@ pub enum OpSpec {
     Concat {
         inputs: Vec<[usize; 4]>,
     },
+    /// A gather of `rows` rows from each of `input[0]` `(tokens, channels)` maps, forward and
+    /// backward (the backward a scatter-add: the deformable attention's sampling).
+    GatherRowsFwdBwd {
+        input: [usize; 3],
+        rows: usize,
+    },
 }
 
 /// The op kinds `bench ops --only` accepts, as [`OpSpec::kind`] names them.
-pub const KINDS: [&str; 9] = ["conv-forward", "conv-input-grad", "conv-weight-grad", "batchnorm", "silu", "max-pool", "avg-pool", "upsample", "concat"];
+pub const KINDS: [&str; 10] =
+    ["conv-forward", "conv-input-grad", "conv-weight-grad", "batchnorm", "silu", "max-pool", "avg-pool", "upsample", "concat", "gather-rows"];
 
 impl OpSpec {
     /// The kind's command-line name (one of [`KINDS`]).
@@ -92,6 +99,7 @@ impl OpSpec {
             OpSpec::AvgPool { .. } => "avg-pool",
             OpSpec::Upsample { .. } => "upsample",
             OpSpec::Concat { .. } => "concat",
+            OpSpec::GatherRowsFwdBwd { .. } => "gather-rows",
         }
     }
 
@@ -106,6 +114,7 @@ impl OpSpec {
             OpSpec::AvgPool { .. } => "avg-pool",
             OpSpec::Upsample { .. } => "upsample",
             OpSpec::Concat { .. } => "concat",
+            OpSpec::GatherRowsFwdBwd { .. } => "gather rows fwd+bwd",
         }
     }
 }
@@ -164,6 +173,12 @@ pub fn network_ops(network: &Network, params: &ParamStore, with_aux: bool, batch
             TracedOp::Silu { input } => add(OpSpec::SiluFwdBwd { input: with_batch(input) }),
             TracedOp::Upsample { input, scale } => add(OpSpec::Upsample { input: with_batch(input), scale }),
             TracedOp::Concat { inputs } => add(OpSpec::Concat { inputs: inputs.into_iter().map(with_batch).collect() }),
+            // Traced at batch 1: the maps are the heads of one image. Four gathers, one a corner.
+            TracedOp::GatherRows { input: [maps, tokens, channels], rows } => {
+                for _ in 0..4 {
+                    add(OpSpec::GatherRowsFwdBwd { input: [maps * batch, tokens, channels], rows });
+                }
+            }
         }
     }
     ops
@@ -214,6 +229,28 @@ pub(super) fn weight_grad_operands(
     let uniform = Distribution::Uniform(-1.0, 1.0);
     let x = if input[1] == 3 { rand(input, dtype, device) } else { rand_channels_last(input, uniform, dtype, device) };
     (x, rand_channels_last(conv_output(input, c_out, k, stride, padding), uniform, dtype, device))
+}
+
+/// A gather's operands: the maps `input` and the rows' gradient in `dtype`, and the rows'
+/// positions in f32 (whole numbers in `[0, tokens)`, drawn with repeats as the corners of
+/// nearby samples share rows), each `[maps, rows, 1]`.
+pub(super) fn gather_rows_operands(input: [usize; 3], rows: usize, dtype: FloatDType, device: &Device) -> (Tensor<3>, Tensor<3>, Tensor<3>) {
+    let [maps, tokens, channels] = input;
+    let uniform = Distribution::Uniform(-1.0, 1.0);
+    let x = Tensor::<3>::random(input, uniform, device).cast(dtype);
+    let at = Tensor::<3>::random([maps, rows, 1], Distribution::Uniform(0.0, tokens as f64), device).floor().clamp(0.0, (tokens - 1) as f32);
+    (x, at, Tensor::<3>::random([maps, rows, channels], uniform, device).cast(dtype))
+}
+
+/// The gathered rows of `x` at `at` and `x`'s gradient for the rows' gradient `g` (the
+/// deformable sampling's `value.gather(1, index)` and its backward).
+pub(super) fn gather_rows_fwd_bwd(x: Tensor<3>, at: Tensor<3>, g: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
+    let channels = x.dims()[2];
+    let leaf = x.autodiff().require_grad();
+    let index = at.autodiff().int().repeat_dim(2, channels);
+    let rows = leaf.clone().gather(1, index);
+    let grads = rows.clone().mul(g.autodiff()).sum().backward();
+    (rows.inner(), leaf.grad(&grads).expect("the rows reach the sum"))
 }
 
 /// Times every op of `ops` in `dtype` on the timer's device.
@@ -288,6 +325,10 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
             OpSpec::Concat { inputs } => {
                 let xs: Vec<Tensor<4>> = inputs.iter().map(|d| rand(*d, dtype, device)).collect();
                 timer.time(&name, || repeat(REPS, || Tensor::cat(xs.clone(), 1)))
+            }
+            OpSpec::GatherRowsFwdBwd { input, rows } => {
+                let (x, at, g) = gather_rows_operands(*input, *rows, dtype, device);
+                timer.time(&name, || repeat(REPS, || gather_rows_fwd_bwd(x.clone(), at.clone(), g.clone()).1))
             }
         };
         out.push(OpTiming { spec: spec.clone(), count: *count, dtype: format!("{dtype:?}"), ms: timing.mean_ms / REPS as f64, first_s: timing.first_s });

@@ -11,7 +11,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::{FloatDType, Tensor};
 
 use super::Linear;
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, TracedOp};
 use crate::params::{Builder, Init};
 
 #[derive(Debug, Clone)]
@@ -73,6 +73,7 @@ impl MSDeformableAttention {
             // (B, Q, H, P, 2) -> (B*H, Q*P, 2)
             let loc = locations.clone().slice_dim(3, points.clone()).permute([0, 2, 1, 3, 4]).reshape([b * nh, nq * np, 2]);
             let v = value.clone().slice_dim(1, start..start + h * w);
+            cx.trace(|| TracedOp::GatherRows { input: v.dims(), rows: nq * np });
             let sampled = bilinear(v, loc, h, w);
             let a = weights.clone().slice_dim(3, points).permute([0, 2, 1, 3]).reshape([b * nh, nq * np, 1]);
             let level_out = sampled.mul(a.cast(FloatDType::from(value.dtype()))).reshape([b * nh, nq, np, hd]).sum_dim(2).reshape([b * nh, nq, hd]);

@@ -11,6 +11,12 @@
 //! run of the step outside a graph (the eager steps before the capture, its warm-up run, the
 //! recording window) pays the host time of every launch.
 //!
+//! AdamW's kernel is not what the optimizer runs yet: with it, MobileNetV4-s's captured step
+//! failed its check against eager on an H100 (the replay moved AdamW's moments 2.5x as far as
+//! eager did, so it trained eager), while RT-DETR's passed; `doctor` checks the kernel alone,
+//! queued and replayed in a graph, within 2.2e-7 of the CPU. The optimizer composes the update
+//! (`libreyolo_stages::optim::adamw`) until that difference is understood.
+//!
 //! The operations are functional: the result is returned, and on the GPU it is the input's
 //! own buffer when the input is uniquely owned (its last use), a fresh one otherwise. The
 //! default bodies ([`reference`]) compose burn's primitives exactly as the optimizer and EMA did

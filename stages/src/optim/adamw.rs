@@ -8,10 +8,9 @@ use std::collections::HashMap;
 
 use burn::tensor::Tensor;
 use libreyolo_families::tensor::update_in_place;
-use libreyolo_families::{ParamId, ParamStore, Value};
-use libreyolo_kernels::in_place::{AdamWConstants, AdamWScalars, adamw_step};
+use libreyolo_families::{ParamId, ParamStore};
 
-use super::{Groups, Optimizer, Rates, Resolved, Scalars, device_scalar, trainable, write_scalar, zeros_for};
+use super::{Groups, Optimizer, Rates, Resolved, Scalars, device_scalar, trainable, update_param, write_scalar, zeros_for};
 
 pub struct AdamW {
     pub groups: Resolved,
@@ -55,28 +54,20 @@ impl Optimizer for AdamW {
         self.steps.get_or_insert_with(|| new_count(store, self.resumed_at));
     }
 
-    /// A parameter's whole update, both moments included, is one kernel on the GPU, written
-    /// into the three tensors' own buffers (`in_place::adamw_step`).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
+        let (b2, eps) = (self.beta2, self.eps);
+        let stable = store.stable_buffers();
         let (bias1, bias2) = self.next_bias_corrections(store, &s.momentum);
         let mut rates = Rates::new(s);
         for (id, g) in grads {
             let hyper = self.groups.of(store, id);
             let lr = rates.at(hyper.lr_scale);
-            let scalars = AdamWScalars { lr: &lr, beta1: &s.momentum, one_minus_beta1: &s.one_minus_momentum, bias1: &bias1, bias2: &bias2 };
-            let constants = AdamWConstants { beta2: self.beta2, eps: self.eps, weight_decay: hyper.weight_decay };
-            // Taken out of the map, so the kernel gets the moments as their last use (in place).
-            let moments = self.moments.remove(&id).unwrap_or_else(|| (g.zeros_like(), g.zeros_like()));
-            let mut updated = None;
-            store.map_value(id, |value| match value {
-                Value::Float(p) => Value::Float(libreyolo_families::each_rank!(p, p => {
-                    let (p, m, v) = adamw_step(p, moments, g, &scalars, constants);
-                    updated = Some((m, v));
-                    p
-                })),
-                Value::Count(_) => unreachable!("counts have no gradient"),
-            });
-            self.moments.insert(id, updated.expect("a trainable tensor was updated"));
+            let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
+            update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
+            update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
+            let step = m.clone().div(bias1.clone()).div(v.clone().div(bias2.clone()).sqrt().add_scalar(eps)).mul(lr.clone());
+            let keep = lr.mul_scalar(-hyper.weight_decay).add_scalar(1.0);
+            update_param(store, id, |p| p.mul(keep).sub(step));
         }
     }
 

@@ -8,7 +8,8 @@ pub mod groups;
 pub mod sgd;
 
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_families::{ParamId, ParamStore};
+use libreyolo_families::tensor::update_in_place;
+use libreyolo_families::{ParamId, ParamStore, Value};
 
 pub use adamw::AdamW;
 pub use groups::{Group, Groups, Hyper, Resolved};
@@ -38,6 +39,21 @@ impl<'a> Rates<'a> {
         let t = self.scalars.lr.clone().mul_scalar(scale);
         self.scaled.push((scale, t.clone()));
         t
+    }
+}
+
+/// Writes `update(p)` into the parameter `id` in place (same shape; see
+/// [`update_in_place`] for when the buffer is guaranteed to stay).
+pub(crate) fn update_param(store: &mut ParamStore, id: ParamId, update: impl FnOnce(Tensor<1>) -> Tensor<1>) {
+    let stable = store.stable_buffers();
+    if let Value::Float(t) = &mut store.entry_mut(id).value {
+        match t {
+            libreyolo_families::tensor::AnyTensor::R1(t) => update_in_place(t, stable, update),
+            t => {
+                let new = t.unflat(update(t.flat()));
+                if stable { t.write(new) } else { *t = new }
+            }
+        }
     }
 }
 
