@@ -193,15 +193,12 @@ const PARAM_LEN: usize = 40 * 33 * 3 * 3;
 const CHANNELS: usize = 333;
 
 /// The training state a step updates in place: a conv weight and its momentum buffer (SGD,
-/// Nesterov, weight decay), its EMA, a running statistic, and a second weight with AdamW's two
-/// moments.
+/// Nesterov, weight decay), its EMA, and a running statistic.
 struct UpdatedState {
     param: Tensor<4>,
     buffer: Tensor<1>,
     average: Tensor<4>,
     running: Tensor<1>,
-    adam: Tensor<4>,
-    moments: (Tensor<1>, Tensor<1>),
 }
 
 impl UpdatedState {
@@ -211,26 +208,17 @@ impl UpdatedState {
             buffer: Tensor::from_data(TensorData::new(host_data(31, PARAM_LEN), [PARAM_LEN]), dev),
             average: Tensor::from_data(TensorData::new(host_data(32, PARAM_LEN), PARAM_DIMS), dev),
             running: Tensor::from_data(TensorData::new(host_data(33, CHANNELS), [CHANNELS]), dev),
-            adam: Tensor::from_data(TensorData::new(host_data(36, PARAM_LEN), PARAM_DIMS), dev),
-            moments: (
-                Tensor::from_data(TensorData::new(host_data(37, PARAM_LEN), [PARAM_LEN]), dev),
-                Tensor::from_data(TensorData::new(host_data(38, PARAM_LEN), [PARAM_LEN]), dev).abs(),
-            ),
         }
     }
 
-    fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 6]) {
-        use libreyolo_kernels::in_place::{AdamWConstants, AdamWScalars, adamw_step, blend, blend_const, sgd_step};
-        let [lr, momentum, decay, one_minus, bias1, bias2] = scalars;
+    fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 4]) {
+        use libreyolo_kernels::in_place::{blend, blend_const, sgd_step};
+        let [lr, momentum, decay, one_minus] = scalars;
         let (param, buffer) = (std::mem::replace(&mut self.param, self.average.clone()), std::mem::replace(&mut self.buffer, grad.clone()));
         let (param, buffer) = sgd_step(param, buffer, grad.clone(), lr, momentum, 5e-4, true);
         (self.param, self.buffer) = (param, buffer);
         self.average.inplace(|a| blend(a, self.param.clone(), decay, one_minus));
         self.running.inplace(|r| blend_const(r, batch.clone(), 0.97, 0.03));
-        let adamw = AdamWScalars { lr, beta1: decay, one_minus_beta1: one_minus, bias1, bias2 };
-        let (adam, moments) = (std::mem::replace(&mut self.adam, self.average.clone()), std::mem::replace(&mut self.moments, (grad.clone(), grad.clone())));
-        let (adam, m, v) = adamw_step(adam, moments, grad.clone(), &adamw, AdamWConstants { beta2: 0.999, eps: 1e-8, weight_decay: 0.05 });
-        (self.adam, self.moments) = (adam, (m, v));
     }
 
     /// The state on the host, read now: `into_data` may hand back bytes that are only read from
@@ -242,9 +230,6 @@ impl UpdatedState {
             read(self.buffer.clone().into_data()),
             read(self.average.clone().into_data()),
             read(self.running.clone().into_data()),
-            read(self.adam.clone().into_data()),
-            read(self.moments.0.clone().into_data()),
-            read(self.moments.1.clone().into_data()),
         ]
     }
 }
@@ -259,19 +244,12 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
         (
             Tensor::<1>::from_data(TensorData::new(gv.clone(), [PARAM_LEN]), d),
             Tensor::<1>::from_data(TensorData::new(bv.clone(), [CHANNELS]), d),
-            [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1), scalar(0.19), scalar(0.002)],
+            [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)],
         )
     };
     let on_cpu = |values: &[TensorData]| {
         let t = |d: &TensorData| Tensor::<1>::from_data(TensorData::new(d.try_to_vec::<f32>().unwrap_or_default(), [d.num_elements()]), &cpu);
-        UpdatedState {
-            param: t(&values[0]).reshape(PARAM_DIMS),
-            buffer: t(&values[1]),
-            average: t(&values[2]).reshape(PARAM_DIMS),
-            running: t(&values[3]),
-            adam: t(&values[4]).reshape(PARAM_DIMS),
-            moments: (t(&values[5]), t(&values[6])),
-        }
+        UpdatedState { param: t(&values[0]).reshape(PARAM_DIMS), buffer: t(&values[1]), average: t(&values[2]).reshape(PARAM_DIMS), running: t(&values[3]) }
     };
     let errors = |from: &[TensorData], got: &[TensorData]| -> Vec<f32> {
         let (g, b, s) = inputs(&cpu);
@@ -299,7 +277,7 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
     let graph_errors = errors(&before, &after);
     let max = |errors: &[f32]| errors.iter().copied().fold(0f32, f32::max);
     eprintln!(
-        "[{:>6.1}s] in-place updates (SGD, EMA, running statistic, AdamW) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
+        "[{:>6.1}s] in-place updates (SGD, EMA, running statistic) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
         started.elapsed().as_secs_f64(),
         max(&eager_errors),
         max(&graph_errors)

@@ -22,26 +22,6 @@ impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Auto
         (Self::from_inner(p), Self::from_inner(b))
     }
 
-    fn adamw_step(
-        param: FloatTensor<Self>,
-        exp_avg: FloatTensor<Self>,
-        exp_avg_sq: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        lr: FloatTensor<Self>,
-        beta1: FloatTensor<Self>,
-        one_minus_beta1: FloatTensor<Self>,
-        bias1: FloatTensor<Self>,
-        bias2: FloatTensor<Self>,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let i = Self::inner;
-        let (p, m, v) =
-            B::adamw_step(i(param), i(exp_avg), i(exp_avg_sq), i(grad), i(lr), i(beta1), i(one_minus_beta1), i(bias1), i(bias2), beta2, eps, weight_decay);
-        (Self::from_inner(p), Self::from_inner(m), Self::from_inner(v))
-    }
-
     fn blend(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::from_inner(B::blend(Self::inner(target), Self::inner(source), Self::inner(keep), Self::inner(take)))
     }

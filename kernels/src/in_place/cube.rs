@@ -49,57 +49,6 @@ impl InPlaceBackend for CubeBackend {
         (param, buffer)
     }
 
-    fn adamw_step(
-        param: CubeTensor,
-        exp_avg: CubeTensor,
-        exp_avg_sq: CubeTensor,
-        grad: CubeTensor,
-        lr: CubeTensor,
-        beta1: CubeTensor,
-        one_minus_beta1: CubeTensor,
-        bias1: CubeTensor,
-        bias2: CubeTensor,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
-    ) -> (CubeTensor, CubeTensor, CubeTensor) {
-        let scalars = [lr, beta1, one_minus_beta1, bias1, bias2];
-        if !all_f32(&[&param, &exp_avg, &exp_avg_sq, &grad]) || !all_f32(&scalars.iter().collect::<Vec<_>>()) {
-            let constants = super::AdamWConstants { beta2, eps, weight_decay };
-            return reference::adamw_step::<Self>(param, exp_avg, exp_avg_sq, grad, scalars, constants);
-        }
-        let (param, m, v, grad) = (writable(param), writable(exp_avg), writable(exp_avg_sq), readable(grad));
-        let total = param.meta.shape().num_elements();
-        for (what, t) in [("first moment", &m), ("second moment", &v), ("gradient", &grad)] {
-            assert_eq!(total, t.meta.shape().num_elements(), "adamw_step: the {what} has the parameter's size");
-        }
-        let launch = Launch::new(total, &[&param, &m, &v, &grad]);
-        let [lr, beta1, one_minus_beta1, bias1, bias2] = scalars.map(readable);
-        unsafe {
-            kernels::adamw_step::launch_unchecked(
-                &param.client,
-                launch.count(),
-                CubeDim::new_1d(CUBE_UNITS as u32),
-                launch.address,
-                param.clone().into_tensor_arg(),
-                m.clone().into_tensor_arg(),
-                v.clone().into_tensor_arg(),
-                grad.into_tensor_arg(),
-                lr.into_tensor_arg(),
-                beta1.into_tensor_arg(),
-                one_minus_beta1.into_tensor_arg(),
-                bias1.into_tensor_arg(),
-                bias2.into_tensor_arg(),
-                beta2 as f32,
-                (1.0 - beta2) as f32,
-                eps as f32,
-                weight_decay as f32,
-                launch.total,
-            );
-        }
-        (param, m, v)
-    }
-
     fn blend(target: CubeTensor, source: CubeTensor, keep: CubeTensor, take: CubeTensor) -> CubeTensor {
         if !all_f32(&[&target, &source, &keep, &take]) {
             return reference::blend::<Self>(target, source, keep, take);

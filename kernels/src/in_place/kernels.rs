@@ -47,37 +47,6 @@ pub fn sgd_step(
     param[i] = p - step * lr[0];
 }
 
-/// One AdamW step in place: `param` and both moments read and written, `grad` read; the order
-/// of the operations is the reference's.
-#[cube(launch_unchecked, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
-pub fn adamw_step(
-    param: &mut Tensor<f32>,
-    exp_avg: &mut Tensor<f32>,
-    exp_avg_sq: &mut Tensor<f32>,
-    grad: &Tensor<f32>,
-    lr: &Tensor<f32>,
-    beta1: &Tensor<f32>,
-    one_minus_beta1: &Tensor<f32>,
-    bias1: &Tensor<f32>,
-    bias2: &Tensor<f32>,
-    beta2: f32,
-    one_minus_beta2: f32,
-    eps: f32,
-    weight_decay: f32,
-    total: usize,
-) {
-    let i = position(total);
-    let g = grad[i];
-    let m = exp_avg[i] * beta1[0] + g * one_minus_beta1[0];
-    let v = exp_avg_sq[i] * beta2 + (g * g) * one_minus_beta2;
-    let step = m / bias1[0] / (f32::sqrt(v / bias2[0]) + eps) * lr[0];
-    let keep = lr[0] * -weight_decay + 1.0;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    param[i] = param[i] * keep - step;
-}
-
 /// `target = target * keep + source * take` in place, the weights `[1]` device scalars.
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn blend(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: &Tensor<f32>, take: &Tensor<f32>, total: usize) {

@@ -1,6 +1,5 @@
 //! The training state's updates, each written into its tensor's own buffer by one kernel: the
-//! SGD step (parameter and momentum buffer together), the AdamW step (parameter and both
-//! moments together), a weighted sum `target * keep + source *
+//! SGD step (parameter and momentum buffer together), a weighted sum `target * keep + source *
 //! take` (the EMA) and BatchNorm's running mean and variance (both from the layer's statistics
 //! tensor, one kernel a layer).
 //!
@@ -10,12 +9,6 @@
 //! step this way (two fused kernels and two copies per parameter), against ~2,960 here. Each
 //! run of the step outside a graph (the eager steps before the capture, its warm-up run, the
 //! recording window) pays the host time of every launch.
-//!
-//! AdamW's kernel is not what the optimizer runs yet: with it, MobileNetV4-s's captured step
-//! failed its check against eager on an H100 (the replay moved AdamW's moments 2.5x as far as
-//! eager did, so it trained eager), while RT-DETR's passed; `doctor` checks the kernel alone,
-//! queued and replayed in a graph, within 2.2e-7 of the CPU. The optimizer composes the update
-//! (`libreyolo_stages::optim::adamw`) until that difference is understood.
 //!
 //! The operations are functional: the result is returned, and on the GPU it is the input's
 //! own buffer when the input is uniquely owned (its last use), a fresh one otherwise. The
@@ -50,33 +43,6 @@ pub trait InPlaceBackend: Backend {
         nesterov: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         reference::sgd_step::<Self>(param, buffer, grad, lr, momentum, weight_decay, nesterov)
-    }
-
-    /// `(param, exp_avg, exp_avg_sq)` after one AdamW step (torch's `AdamW`): `exp_avg = beta1 *
-    /// exp_avg + (1 - beta1) * grad; exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * grad^2;
-    /// param = param * (1 - lr * weight_decay) - lr * (exp_avg / bias1) / (sqrt(exp_avg_sq /
-    /// bias2) + eps)`. The moments and `grad` are flat, `param` any shape of as many elements;
-    /// `lr`, `beta1`, `one_minus_beta1` and the bias corrections `bias1 = 1 - beta1^t`, `bias2 =
-    /// 1 - beta2^t` are `[1]` device scalars (the schedule moves beta1, the count is on the
-    /// device).
-    #[fusion(meta = adamw_meta)]
-    #[allow(clippy::too_many_arguments)]
-    fn adamw_step(
-        param: FloatTensor<Self>,
-        exp_avg: FloatTensor<Self>,
-        exp_avg_sq: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        lr: FloatTensor<Self>,
-        beta1: FloatTensor<Self>,
-        one_minus_beta1: FloatTensor<Self>,
-        bias1: FloatTensor<Self>,
-        bias2: FloatTensor<Self>,
-        beta2: f64,
-        eps: f64,
-        weight_decay: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let constants = AdamWConstants { beta2, eps, weight_decay };
-        reference::adamw_step::<Self>(param, exp_avg, exp_avg_sq, grad, [lr, beta1, one_minus_beta1, bias1, bias2], constants)
     }
 
     /// `target * keep + source * take` with `keep` and `take` `[1]` device scalars (the EMA,
@@ -122,24 +88,6 @@ fn sgd_meta(
     (param.clone(), buffer.clone())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn adamw_meta(
-    param: &TensorSpec,
-    exp_avg: &TensorSpec,
-    exp_avg_sq: &TensorSpec,
-    _grad: &TensorSpec,
-    _lr: &TensorSpec,
-    _beta1: &TensorSpec,
-    _one_minus_beta1: &TensorSpec,
-    _bias1: &TensorSpec,
-    _bias2: &TensorSpec,
-    _beta2: &f64,
-    _eps: &f64,
-    _weight_decay: &f64,
-) -> (TensorSpec, TensorSpec, TensorSpec) {
-    (param.clone(), exp_avg.clone(), exp_avg_sq.clone())
-}
-
 fn blend_meta(target: &TensorSpec, _source: &TensorSpec, _keep: &TensorSpec, _take: &TensorSpec) -> TensorSpec {
     target.clone()
 }
@@ -176,50 +124,6 @@ pub fn sgd_step<const D: usize>(
         nesterov,
     );
     (Tensor::from_dispatch(p), Tensor::from_dispatch(b))
-}
-
-/// AdamW's constants: `beta2`, `eps` and the parameter's weight decay.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamWConstants {
-    pub beta2: f64,
-    pub eps: f64,
-    pub weight_decay: f64,
-}
-
-/// AdamW's `[1]` device scalars of one step: the rate at the parameter's scale, beta1 and `1 -
-/// beta1` (the warm-up moves them), and the bias corrections `1 - beta1^t`, `1 - beta2^t`.
-pub struct AdamWScalars<'a> {
-    pub lr: &'a Tensor<1>,
-    pub beta1: &'a Tensor<1>,
-    pub one_minus_beta1: &'a Tensor<1>,
-    pub bias1: &'a Tensor<1>,
-    pub bias2: &'a Tensor<1>,
-}
-
-/// One AdamW step of `param` (see [`InPlaceBackend::adamw_step`]); returns the parameter and its
-/// two moments, in their own buffers on the GPU when all three are passed as their last use.
-pub fn adamw_step<const D: usize>(
-    param: Tensor<D>,
-    moments: (Tensor<1>, Tensor<1>),
-    grad: Tensor<1>,
-    s: &AdamWScalars,
-    constants: AdamWConstants,
-) -> (Tensor<D>, Tensor<1>, Tensor<1>) {
-    let (p, m, v) = <burn::backend::Dispatch as InPlaceBackend>::adamw_step(
-        param.into_dispatch(),
-        moments.0.into_dispatch(),
-        moments.1.into_dispatch(),
-        grad.into_dispatch(),
-        s.lr.clone().into_dispatch(),
-        s.beta1.clone().into_dispatch(),
-        s.one_minus_beta1.clone().into_dispatch(),
-        s.bias1.clone().into_dispatch(),
-        s.bias2.clone().into_dispatch(),
-        constants.beta2,
-        constants.eps,
-        constants.weight_decay,
-    );
-    (Tensor::from_dispatch(p), Tensor::from_dispatch(m), Tensor::from_dispatch(v))
 }
 
 /// `target * keep + source * take`, `keep` and `take` `[1]` device scalars; in target's buffer

@@ -33,28 +33,6 @@ pub fn sgd_step<B: Backend>(
     (shaped::<B>(p, shape), new_buffer)
 }
 
-/// AdamW in the order `libreyolo_stages`' optimizer composed it: the moments, then `step = m /
-/// bias1 / (sqrt(v / bias2) + eps) * lr`, then `param * (1 - lr * weight_decay) - step`.
-pub fn adamw_step<B: Backend>(
-    param: FloatTensor<B>,
-    exp_avg: FloatTensor<B>,
-    exp_avg_sq: FloatTensor<B>,
-    grad: FloatTensor<B>,
-    [lr, beta1, one_minus_beta1, bias1, bias2]: [FloatTensor<B>; 5],
-    c: super::AdamWConstants,
-) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    let shape = param.shape();
-    let p = shaped::<B>(param, exp_avg.shape());
-    let m = B::float_add(B::float_mul(exp_avg, beta1), B::float_mul(grad.clone(), one_minus_beta1));
-    let squared = B::float_mul(grad.clone(), grad);
-    let v = B::float_add(B::float_mul_scalar(exp_avg_sq, Scalar::Float(c.beta2)), B::float_mul_scalar(squared, Scalar::Float(1.0 - c.beta2)));
-    let denominator = B::float_add_scalar(B::float_sqrt(B::float_div(v.clone(), bias2)), Scalar::Float(c.eps));
-    let step = B::float_mul(B::float_div(B::float_div(m.clone(), bias1), denominator), lr.clone());
-    let keep = B::float_add_scalar(B::float_mul_scalar(lr, Scalar::Float(-c.weight_decay)), Scalar::Float(1.0));
-    let p = B::float_sub(B::float_mul(p, keep), step);
-    (shaped::<B>(p, shape), m, v)
-}
-
 pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> FloatTensor<B> {
     let rank = target.shape().num_dims();
     B::float_add(B::float_mul(target, scalar_of_rank::<B>(keep, rank)), B::float_mul(source, scalar_of_rank::<B>(take, rank)))

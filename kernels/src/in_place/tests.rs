@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{AdamWConstants, AdamWScalars, adamw_step, blend, blend_const, running_stats, sgd_step};
+use super::{blend, blend_const, running_stats, sgd_step};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -41,43 +41,6 @@ fn sgd_step_is_torchs_update_with_and_without_nesterov_and_decay() {
         let want: Vec<(f64, f64)> = (0..6).map(|i| torch_sgd(p0[i] as f64, b0[i] as f64, g0[i] as f64, lr, momentum, wd, nesterov)).collect();
         close(&values(p), &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
         close(&values(b), &want.iter().map(|w| w.1 as f32).collect::<Vec<_>>());
-    }
-}
-
-/// Two AdamW steps of torch's update (the second with another beta1, as the warm-up moves it),
-/// element by element in f64, with and without decay: the parameter keeps its shape and the
-/// moments carry from one step to the next.
-#[test]
-fn adamw_step_is_torchs_update_with_and_without_decay() {
-    let device = Device::flex();
-    let p0 = [0.5f32, -1.25, 2.0, 0.0, 3.5, -0.75];
-    let g0 = [1.0f32, -2.0, 0.25, 0.5, -0.125, 4.0];
-    let (lr, beta2, eps) = (0.002, 0.999f64, 1e-8);
-    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
-    for wd in [0.0, 0.05] {
-        let mut param = Tensor::<4>::from_data(TensorData::new(p0.to_vec(), [1, 2, 3, 1]), &device);
-        let mut moments = (Tensor::<1>::zeros([6], &device), Tensor::<1>::zeros([6], &device));
-        let (mut p, mut m, mut v) = (p0.map(f64::from), [0.0f64; 6], [0.0f64; 6]);
-        for (t, beta1) in [(1, 0.8f64), (2, 0.9)] {
-            let grad: Vec<f32> = g0.iter().map(|g| g * t as f32).collect();
-            let (bias1, bias2) = (1.0 - beta1.powi(t), 1.0 - beta2.powi(t));
-            let s =
-                AdamWScalars { lr: &scalar(lr), beta1: &scalar(beta1), one_minus_beta1: &scalar(1.0 - beta1), bias1: &scalar(bias1), bias2: &scalar(bias2) };
-            let constants = AdamWConstants { beta2, eps, weight_decay: wd };
-            let g = Tensor::<1>::from_data(TensorData::new(grad.clone(), [6]), &device);
-            let (new_p, new_m, new_v) = adamw_step(param, moments, g, &s, constants);
-            assert_eq!(new_p.dims(), [1, 2, 3, 1], "the parameter keeps its shape");
-            for i in 0..6 {
-                let g = grad[i] as f64;
-                m[i] = beta1 * m[i] + (1.0 - beta1) * g;
-                v[i] = beta2 * v[i] + (1.0 - beta2) * g * g;
-                p[i] = p[i] * (1.0 - lr * wd) - lr * (m[i] / bias1) / ((v[i] / bias2).sqrt() + eps);
-            }
-            close(&values(new_p.clone()), &p.map(|x| x as f32));
-            close(&values(new_m.clone()), &m.map(|x| x as f32));
-            close(&values(new_v.clone()), &v.map(|x| x as f32));
-            (param, moments) = (new_p, (new_m, new_v));
-        }
     }
 }
 
