@@ -180,6 +180,29 @@ impl AnyTensor {
         }
     }
 
+    /// The rank and the backend primitive, for an operation over tensors of several ranks (the
+    /// EMA's blend of every tensor of the model at once); [`AnyTensor::from_primitive`] puts them
+    /// back together.
+    pub fn into_primitive(self) -> (usize, burn::backend::tensor::FloatTensor<burn::backend::Dispatch>) {
+        match self {
+            AnyTensor::R1(t) => (1, t.into_dispatch()),
+            AnyTensor::R2(t) => (2, t.into_dispatch()),
+            AnyTensor::R3(t) => (3, t.into_dispatch()),
+            AnyTensor::R4(t) => (4, t.into_dispatch()),
+        }
+    }
+
+    /// The tensor of `rank` (1 to 4) holding `p`.
+    pub fn from_primitive(rank: usize, p: burn::backend::tensor::FloatTensor<burn::backend::Dispatch>) -> AnyTensor {
+        match rank {
+            1 => AnyTensor::R1(Tensor::from_dispatch(p)),
+            2 => AnyTensor::R2(Tensor::from_dispatch(p)),
+            3 => AnyTensor::R3(Tensor::from_dispatch(p)),
+            4 => AnyTensor::R4(Tensor::from_dispatch(p)),
+            _ => panic!("a tensor of rank {rank}: AnyTensor holds ranks 1 to 4"),
+        }
+    }
+
     /// A copy in a buffer of its own.
     pub fn deep_copy(&self) -> AnyTensor {
         crate::each_rank!(self, t => t.clone().mul_scalar(1.0))

@@ -10,3 +10,4 @@
 
 pub mod batch_norm;
 pub mod in_place;
+pub mod tensor_list;

@@ -6,8 +6,9 @@
 
 use burn::tensor::{Device, Tensor};
 use libreyolo_families::params::TensorMut;
-use libreyolo_families::{ParamStore, Value};
-use libreyolo_kernels::in_place::blend;
+use libreyolo_families::tensor::AnyTensor;
+use libreyolo_families::{ParamId, ParamStore, Value};
+use libreyolo_kernels::in_place::blend_many;
 
 use crate::optim::{device_scalar, write_scalar};
 
@@ -29,17 +30,23 @@ impl Ema {
         self.decay * (1.0 - (-((self.updates + 1) as f64) / self.tau).exp())
     }
 
-    /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor
-    /// (`in_place::blend`, one kernel a tensor on the GPU).
+    /// The device half: `v = d * v + (1 - d) * model_v` in place for every float tensor, as one
+    /// operation (`in_place::blend_many`: on the GPU one kernel per 16 tensors).
     pub fn update_device(&mut self, model: &ParamStore, d: &DecayScalars) {
-        for i in 0..model.len() {
-            let id = libreyolo_families::ParamId(i);
-            let source = model.entry(id).value.clone();
-            self.store.map_value(id, |average| match (average, source) {
-                (Value::Float(e), Value::Float(m)) => Value::Float(libreyolo_families::each_rank2!(e, m, e, m => blend(e, m, &d.decay, &d.one_minus))),
-                (count @ Value::Count(_), Value::Count(_)) => count,
-                _ => unreachable!("the EMA mirrors the model"),
-            });
+        let floats: Vec<ParamId> = (0..model.len()).map(ParamId).filter(|&id| matches!(model.entry(id).value, Value::Float(_))).collect();
+        let (mut ranks, mut averages, mut sources) = (Vec::new(), Vec::new(), Vec::new());
+        for &id in &floats {
+            // Moved out of the store, each average is its buffer's last use: blended in place.
+            let average = std::mem::replace(&mut self.store.entry_mut(id).value, Value::Count(0));
+            let (Value::Float(average), Value::Float(source)) = (average, &model.entry(id).value) else { unreachable!("the EMA mirrors the model") };
+            let (rank, average) = average.into_primitive();
+            ranks.push(rank);
+            averages.push(average);
+            sources.push(source.clone().into_primitive().1);
+        }
+        let blended = blend_many(averages, sources, &d.decay, &d.one_minus);
+        for ((id, rank), p) in floats.into_iter().zip(ranks).zip(blended) {
+            self.store.entry_mut(id).value = Value::Float(AnyTensor::from_primitive(rank, p));
         }
     }
 

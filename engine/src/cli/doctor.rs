@@ -192,13 +192,19 @@ const PARAM_DIMS: [usize; 4] = [40, 33, 3, 3];
 const PARAM_LEN: usize = 40 * 33 * 3 * 3;
 const CHANNELS: usize = 333;
 
+/// Lengths of the EMA's other averaged vectors: more than one launch of `blend_many` (16 pairs
+/// each), lengths across a cube's 256 units, each blended toward the start of the momentum buffer.
+const EXTRA_LENS: [usize; 18] = [1, 2, 3, 7, 16, 64, 100, 255, 256, 257, 300, 511, 512, 513, 1000, 2048, 4099, 9000];
+
 /// The training state a step updates in place: a conv weight and its momentum buffer (SGD,
-/// Nesterov, weight decay), its EMA, and a running statistic.
+/// Nesterov, weight decay), its EMA with other averaged vectors (one `blend_many`), and a
+/// running statistic.
 struct UpdatedState {
     param: Tensor<4>,
     buffer: Tensor<1>,
     average: Tensor<4>,
     running: Tensor<1>,
+    extras: Vec<Tensor<1>>,
 }
 
 impl UpdatedState {
@@ -208,16 +214,25 @@ impl UpdatedState {
             buffer: Tensor::from_data(TensorData::new(host_data(31, PARAM_LEN), [PARAM_LEN]), dev),
             average: Tensor::from_data(TensorData::new(host_data(32, PARAM_LEN), PARAM_DIMS), dev),
             running: Tensor::from_data(TensorData::new(host_data(33, CHANNELS), [CHANNELS]), dev),
+            extras: EXTRA_LENS.iter().enumerate().map(|(i, &n)| Tensor::from_data(TensorData::new(host_data(40 + i as u64, n), [n]), dev)).collect(),
         }
     }
 
     fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 4]) {
-        use libreyolo_kernels::in_place::{blend, blend_const, sgd_step};
+        use libreyolo_kernels::in_place::{blend_const, blend_many, sgd_step};
         let [lr, momentum, decay, one_minus] = scalars;
         let (param, buffer) = (std::mem::replace(&mut self.param, self.average.clone()), std::mem::replace(&mut self.buffer, grad.clone()));
         let (param, buffer) = sgd_step(param, buffer, grad.clone(), lr, momentum, 5e-4, true);
         (self.param, self.buffer) = (param, buffer);
-        self.average.inplace(|a| blend(a, self.param.clone(), decay, one_minus));
+        let average = std::mem::replace(&mut self.average, self.param.clone());
+        let extras = std::mem::take(&mut self.extras);
+        let sources: Vec<_> = std::iter::once(self.param.clone().into_dispatch())
+            .chain(extras.iter().map(|e| self.buffer.clone().narrow(0, 0, e.dims()[0]).into_dispatch()))
+            .collect();
+        let targets: Vec<_> = std::iter::once(average.into_dispatch()).chain(extras.into_iter().map(Tensor::into_dispatch)).collect();
+        let mut blended = blend_many(targets, sources, decay, one_minus).into_iter();
+        self.average = Tensor::from_dispatch(blended.next().expect("the average"));
+        self.extras = blended.map(Tensor::from_dispatch).collect();
         self.running.inplace(|r| blend_const(r, batch.clone(), 0.97, 0.03));
     }
 
@@ -225,12 +240,14 @@ impl UpdatedState {
     /// the device when first touched, after the next in-place update.
     fn values(&self) -> Vec<TensorData> {
         let read = |t: TensorData| TensorData::new(t.try_to_vec::<f32>().unwrap_or_default(), t.shape().clone());
-        vec![
+        let mut out = vec![
             read(self.param.clone().into_data()),
             read(self.buffer.clone().into_data()),
             read(self.average.clone().into_data()),
             read(self.running.clone().into_data()),
-        ]
+        ];
+        out.extend(self.extras.iter().map(|e| read(e.clone().into_data())));
+        out
     }
 }
 
@@ -249,7 +266,13 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
     };
     let on_cpu = |values: &[TensorData]| {
         let t = |d: &TensorData| Tensor::<1>::from_data(TensorData::new(d.try_to_vec::<f32>().unwrap_or_default(), [d.num_elements()]), &cpu);
-        UpdatedState { param: t(&values[0]).reshape(PARAM_DIMS), buffer: t(&values[1]), average: t(&values[2]).reshape(PARAM_DIMS), running: t(&values[3]) }
+        UpdatedState {
+            param: t(&values[0]).reshape(PARAM_DIMS),
+            buffer: t(&values[1]),
+            average: t(&values[2]).reshape(PARAM_DIMS),
+            running: t(&values[3]),
+            extras: values[4..].iter().map(t).collect(),
+        }
     };
     let errors = |from: &[TensorData], got: &[TensorData]| -> Vec<f32> {
         let (g, b, s) = inputs(&cpu);
@@ -277,8 +300,9 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
     let graph_errors = errors(&before, &after);
     let max = |errors: &[f32]| errors.iter().copied().fold(0f32, f32::max);
     eprintln!(
-        "[{:>6.1}s] in-place updates (SGD, EMA, running statistic) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
+        "[{:>6.1}s] in-place updates (SGD, EMA of {} tensors, running statistic) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
         started.elapsed().as_secs_f64(),
+        1 + EXTRA_LENS.len(),
         max(&eager_errors),
         max(&graph_errors)
     );

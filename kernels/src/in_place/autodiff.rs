@@ -7,6 +7,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{AutodiffBackend, Backend};
 
 use super::InPlaceBackend;
+use crate::tensor_list::TensorList;
 
 impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Autodiff<B, C> {
     fn sgd_step(
@@ -24,6 +25,12 @@ impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Auto
 
     fn blend(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::from_inner(B::blend(Self::inner(target), Self::inner(source), Self::inner(keep), Self::inner(take)))
+    }
+
+    fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> TensorList<Self> {
+        let inner = |l: TensorList<Self>| TensorList::new(l.tensors.into_iter().map(Self::inner).collect());
+        let out = B::blend_many(inner(targets), inner(sources), Self::inner(keep), Self::inner(take));
+        TensorList::new(out.tensors.into_iter().map(Self::from_inner).collect())
     }
 
     fn blend_const(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: f64, take: f64) -> FloatTensor<Self> {

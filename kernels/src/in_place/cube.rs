@@ -10,6 +10,7 @@ use burn_cubecl::tensor::CubeTensor;
 
 use super::kernels::{self, CUBE_UNITS};
 use super::{InPlaceBackend, reference};
+use crate::tensor_list::TensorList;
 
 impl InPlaceBackend for CubeBackend {
     fn sgd_step(
@@ -71,6 +72,30 @@ impl InPlaceBackend for CubeBackend {
         target
     }
 
+    fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: CubeTensor, take: CubeTensor) -> TensorList<Self> {
+        assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
+        let mut out: Vec<Option<CubeTensor>> = (0..targets.tensors.len()).map(|_| None).collect();
+        let mut batched = Vec::new();
+        for (k, (t, s)) in targets.tensors.into_iter().zip(sources.tensors).enumerate() {
+            if all_f32(&[&t, &s, &keep, &take]) {
+                batched.push((k, writable(t), readable(s)));
+            } else {
+                out[k] = Some(reference::blend::<Self>(t, s, keep.clone(), take.clone()));
+            }
+        }
+        // Tensors of similar length share a launch, so the grid (as wide as the longest) is
+        // mostly busy.
+        batched.sort_by_key(|(_, t, _)| t.meta.shape().num_elements());
+        let (keep, take) = (readable(keep), readable(take));
+        for chunk in batched.chunks(kernels::BLEND_PAIRS) {
+            blend_chunk(chunk, &keep, &take);
+        }
+        for (k, t, _) in batched {
+            out[k] = Some(t);
+        }
+        TensorList::new(out.into_iter().map(|t| t.expect("every target blended")).collect())
+    }
+
     fn blend_const(target: CubeTensor, source: CubeTensor, keep: f64, take: f64) -> CubeTensor {
         if !all_f32(&[&target, &source]) {
             return reference::blend_const::<Self>(target, source, keep, take);
@@ -118,6 +143,69 @@ impl InPlaceBackend for CubeBackend {
             );
         }
         (mean, var)
+    }
+}
+
+// `blend_chunk` names the kernel's pairs one by one.
+const _: () = assert!(kernels::BLEND_PAIRS == 16);
+
+/// One launch of `kernels::blend_pairs` over `chunk`'s `(index, target, source)` triples (at
+/// most `kernels::BLEND_PAIRS`); the kernel's unused parameters get the first pair again, unread.
+fn blend_chunk(chunk: &[(usize, CubeTensor, CubeTensor)], keep: &CubeTensor, take: &CubeTensor) {
+    assert!(!chunk.is_empty() && chunk.len() <= kernels::BLEND_PAIRS, "blend_many: 1 to {} pairs a launch", kernels::BLEND_PAIRS);
+    for (_, t, s) in chunk {
+        assert_eq!(t.meta.shape().num_elements(), s.meta.shape().num_elements(), "blend_many: a source has its target's size");
+    }
+    let longest = chunk.iter().map(|(_, t, _)| t.meta.shape().num_elements()).max().unwrap_or(1);
+    let address = chunk.iter().flat_map(|(_, t, s)| [t.required_address_type(), s.required_address_type()]).max().unwrap_or_default();
+    let pair = |k: usize| {
+        let (_, t, s) = &chunk[if k < chunk.len() { k } else { 0 }];
+        (t.clone().into_tensor_arg(), s.clone().into_tensor_arg())
+    };
+    let [p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15] = std::array::from_fn::<_, 16, _>(pair);
+    let count = CubeCount::Static(longest.div_ceil(CUBE_UNITS).max(1) as u32, chunk.len() as u32, 1);
+    unsafe {
+        kernels::blend_pairs::launch_unchecked(
+            &chunk[0].1.client,
+            count,
+            CubeDim::new_1d(CUBE_UNITS as u32),
+            address,
+            p0.0,
+            p0.1,
+            p1.0,
+            p1.1,
+            p2.0,
+            p2.1,
+            p3.0,
+            p3.1,
+            p4.0,
+            p4.1,
+            p5.0,
+            p5.1,
+            p6.0,
+            p6.1,
+            p7.0,
+            p7.1,
+            p8.0,
+            p8.1,
+            p9.0,
+            p9.1,
+            p10.0,
+            p10.1,
+            p11.0,
+            p11.1,
+            p12.0,
+            p12.1,
+            p13.0,
+            p13.1,
+            p14.0,
+            p14.1,
+            p15.0,
+            p15.1,
+            keep.clone().into_tensor_arg(),
+            take.clone().into_tensor_arg(),
+            chunk.len(),
+        );
     }
 }
 

@@ -54,6 +54,53 @@ pub fn blend(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: &Tensor<f32>,
     target[i] = target[i] * keep[0] + source[i] * take[0];
 }
 
+/// Declares `$name`: `t_k = t_k * keep + s_k * take` in place for the first `used` of its
+/// (target, source) pairs, one launch: cube row `y` updates pair `y`, the cubes along `x` its
+/// elements (the grid as wide as the longest target; a shorter one's surplus units do nothing).
+/// Fixed parameters rather than a list: cubecl 0.11 cannot pass a sequence of tensors (a `Tensor`
+/// is unsized there), so the kernel has one parameter a tensor and the unused pairs compile away.
+macro_rules! blend_pairs_kernel {
+    ($name:ident, $pairs:literal, $(($t:ident, $s:ident, $k:literal)),*) => {
+        #[cube(launch_unchecked, address_type = "dynamic")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name($($t: &mut Tensor<f32>, $s: &Tensor<f32>,)* keep: &Tensor<f32>, take: &Tensor<f32>, #[comptime] used: usize) {
+            let i = CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize;
+            let which = CUBE_POS_Y as usize;
+            $(
+                if comptime!($k < used) {
+                    if which == $k && i < $t.len() {
+                        $t[i] = $t[i] * keep[0] + $s[i] * take[0];
+                    }
+                }
+            )*
+        }
+
+        /// Pairs one launch of the kernel takes.
+        pub const BLEND_PAIRS: usize = $pairs;
+    };
+}
+
+blend_pairs_kernel!(
+    blend_pairs,
+    16,
+    (t0, s0, 0),
+    (t1, s1, 1),
+    (t2, s2, 2),
+    (t3, s3, 3),
+    (t4, s4, 4),
+    (t5, s5, 5),
+    (t6, s6, 6),
+    (t7, s7, 7),
+    (t8, s8, 8),
+    (t9, s9, 9),
+    (t10, s10, 10),
+    (t11, s11, 11),
+    (t12, s12, 12),
+    (t13, s13, 13),
+    (t14, s14, 14),
+    (t15, s15, 15)
+);
+
 /// `target = target * keep + source * take` in place, the weights constants.
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn blend_const(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: f32, take: f32, total: usize) {

@@ -5,6 +5,8 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Scalar, TensorMetadata};
 use burn::tensor::{Shape, Slice};
 
+use crate::tensor_list::TensorList;
+
 /// `t` reshaped to `shape`.
 fn shaped<B: Backend>(t: FloatTensor<B>, shape: Shape) -> FloatTensor<B> {
     B::float_reshape(t, shape)
@@ -36,6 +38,12 @@ pub fn sgd_step<B: Backend>(
 pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> FloatTensor<B> {
     let rank = target.shape().num_dims();
     B::float_add(B::float_mul(target, scalar_of_rank::<B>(keep, rank)), B::float_mul(source, scalar_of_rank::<B>(take, rank)))
+}
+
+pub fn blend_many<B: Backend>(targets: TensorList<B>, sources: TensorList<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> TensorList<B> {
+    assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
+    let pairs = targets.tensors.into_iter().zip(sources.tensors);
+    TensorList::new(pairs.map(|(t, s)| blend::<B>(t, s, keep.clone(), take.clone())).collect())
 }
 
 pub fn blend_const<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: f64, take: f64) -> FloatTensor<B> {

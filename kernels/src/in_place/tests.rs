@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{blend, blend_const, running_stats, sgd_step};
+use super::{blend, blend_const, blend_many, running_stats, sgd_step};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -56,6 +56,32 @@ fn blend_weights_target_and_source() {
     let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
     close(&values(blend(target(), source(), &scalar(keep), &scalar(take))), &want);
     close(&values(blend_const(target(), source(), keep, take)), &want);
+}
+
+/// The list form blends each target with the source at its index, whatever the ranks and
+/// lengths of the list (more pairs than one GPU launch takes), and returns them in order.
+#[test]
+fn blend_many_blends_each_pair_in_order() {
+    let device = Device::flex();
+    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+    let (keep, take) = (0.9f64, 0.1f64);
+    let lens: Vec<usize> = (1..=20).map(|k| k * 13 % 37 + 1).collect();
+    let data = |seed: usize, n: usize| (0..n).map(|i| ((seed * 31 + i * 7) % 19) as f32 - 9.0).collect::<Vec<f32>>();
+    let targets = lens.iter().enumerate().map(|(k, &n)| {
+        let t = Tensor::<1>::from_data(TensorData::new(data(k, n), [n]), &device);
+        if k % 2 == 0 { t.into_dispatch() } else { t.reshape([1, n]).into_dispatch() }
+    });
+    let sources = lens.iter().enumerate().map(|(k, &n)| {
+        let t = Tensor::<1>::from_data(TensorData::new(data(k + 100, n), [n]), &device);
+        if k % 2 == 0 { t.into_dispatch() } else { t.reshape([1, n]).into_dispatch() }
+    });
+    let blended = blend_many(targets.collect(), sources.collect(), &scalar(keep), &scalar(take));
+    assert_eq!(blended.len(), lens.len());
+    for (k, (p, &n)) in blended.into_iter().zip(&lens).enumerate() {
+        let got: Vec<f32> = if k % 2 == 0 { values(Tensor::<1>::from_dispatch(p)) } else { values(Tensor::<2>::from_dispatch(p)) };
+        let want: Vec<f32> = data(k, n).iter().zip(data(k + 100, n)).map(|(&t, s)| (t as f64 * keep + s as f64 * take) as f32).collect();
+        close(&got, &want);
+    }
 }
 
 /// PyTorch's BatchNorm2d running statistics after one batch of n values a channel:
