@@ -23,10 +23,6 @@ impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Auto
         (Self::from_inner(p), Self::from_inner(b))
     }
 
-    fn blend(target: FloatTensor<Self>, source: FloatTensor<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> FloatTensor<Self> {
-        Self::from_inner(B::blend(Self::inner(target), Self::inner(source), Self::inner(keep), Self::inner(take)))
-    }
-
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> TensorList<Self> {
         let inner = |l: TensorList<Self>| TensorList::new(l.tensors.into_iter().map(Self::inner).collect());
         let out = B::blend_many(inner(targets), inner(sources), Self::inner(keep), Self::inner(take));

@@ -50,28 +50,6 @@ impl InPlaceBackend for CubeBackend {
         (param, buffer)
     }
 
-    fn blend(target: CubeTensor, source: CubeTensor, keep: CubeTensor, take: CubeTensor) -> CubeTensor {
-        if !all_f32(&[&target, &source, &keep, &take]) {
-            return reference::blend::<Self>(target, source, keep, take);
-        }
-        let (target, source) = (writable(target), readable(source));
-        let launch = Launch::new(target.meta.shape().num_elements(), &[&target, &source]);
-        unsafe {
-            kernels::blend::launch_unchecked(
-                &target.client,
-                launch.count(),
-                CubeDim::new_1d(CUBE_UNITS as u32),
-                launch.address,
-                target.clone().into_tensor_arg(),
-                source.into_tensor_arg(),
-                readable(keep).into_tensor_arg(),
-                readable(take).into_tensor_arg(),
-                launch.total,
-            );
-        }
-        target
-    }
-
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: CubeTensor, take: CubeTensor) -> TensorList<Self> {
         assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
         let mut out: Vec<Option<CubeTensor>> = (0..targets.tensors.len()).map(|_| None).collect();

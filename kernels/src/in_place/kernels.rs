@@ -47,13 +47,6 @@ pub fn sgd_step(
     param[i] = p - step * lr[0];
 }
 
-/// `target = target * keep + source * take` in place, the weights `[1]` device scalars.
-#[cube(launch_unchecked, address_type = "dynamic")]
-pub fn blend(target: &mut Tensor<f32>, source: &Tensor<f32>, keep: &Tensor<f32>, take: &Tensor<f32>, total: usize) {
-    let i = position(total);
-    target[i] = target[i] * keep[0] + source[i] * take[0];
-}
-
 /// Declares `$name`: `t_k = t_k * keep + s_k * take` in place for the first `used` of its
 /// (target, source) pairs, one launch: cube row `y` updates pair `y`, the cubes along `x` its
 /// elements (the grid as wide as the longest target; a shorter one's surplus units do nothing).

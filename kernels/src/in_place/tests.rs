@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{blend, blend_const, blend_many, running_stats, sgd_step};
+use super::{blend_const, blend_many, running_stats, sgd_step};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -54,7 +54,8 @@ fn blend_weights_target_and_source() {
     let (keep, take) = (0.97f64, 0.03f64);
     let want: Vec<f32> = (0..4).map(|i| (t0[i] as f64 * keep + s0[i] as f64 * take) as f32).collect();
     let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
-    close(&values(blend(target(), source(), &scalar(keep), &scalar(take))), &want);
+    let blended = blend_many(vec![target().into_dispatch()], vec![source().into_dispatch()], &scalar(keep), &scalar(take));
+    close(&values(Tensor::<2>::from_dispatch(blended.into_iter().next().expect("one result"))), &want);
     close(&values(blend_const(target(), source(), keep, take)), &want);
 }
 
