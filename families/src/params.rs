@@ -120,7 +120,7 @@ impl Entry {
 pub type TensorMut<'a> = &'a mut AnyTensor;
 
 /// Index of an entry in a `ParamStore`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ParamId(pub usize);
 
 /// All tensors of a network, in state-dict order.

@@ -219,11 +219,13 @@ impl UpdatedState {
     }
 
     fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 4]) {
-        use libreyolo_kernels::in_place::{blend_const, blend_many, sgd_step};
+        use libreyolo_kernels::in_place::{blend_const, blend_many, sgd_many};
         let [lr, momentum, decay, one_minus] = scalars;
         let (param, buffer) = (std::mem::replace(&mut self.param, self.average.clone()), std::mem::replace(&mut self.buffer, grad.clone()));
-        let (param, buffer) = sgd_step(param, buffer, grad.clone(), lr, momentum, 5e-4, true);
-        (self.param, self.buffer) = (param, buffer);
+        let (params, buffers) =
+            sgd_many(vec![param.into_dispatch()], vec![buffer.into_dispatch()], vec![grad.clone().into_dispatch()], lr, momentum, 5e-4, true);
+        (self.param, self.buffer) =
+            (Tensor::from_dispatch(params.into_iter().next().expect("one")), Tensor::from_dispatch(buffers.into_iter().next().expect("one")));
         let average = std::mem::replace(&mut self.average, self.param.clone());
         let extras = std::mem::take(&mut self.extras);
         let sources: Vec<_> = std::iter::once(self.param.clone().into_dispatch())

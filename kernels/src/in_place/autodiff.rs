@@ -23,6 +23,21 @@ impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Auto
         (Self::from_inner(p), Self::from_inner(b))
     }
 
+    fn sgd_many(
+        params: TensorList<Self>,
+        buffers: TensorList<Self>,
+        grads: TensorList<Self>,
+        lr: FloatTensor<Self>,
+        momentum: FloatTensor<Self>,
+        weight_decay: f64,
+        nesterov: bool,
+    ) -> (TensorList<Self>, TensorList<Self>) {
+        let inner = |l: TensorList<Self>| TensorList::new(l.tensors.into_iter().map(Self::inner).collect());
+        let outer = |l: TensorList<B>| TensorList::new(l.tensors.into_iter().map(Self::from_inner).collect());
+        let (p, b) = B::sgd_many(inner(params), inner(buffers), inner(grads), Self::inner(lr), Self::inner(momentum), weight_decay, nesterov);
+        (outer(p), outer(b))
+    }
+
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> TensorList<Self> {
         let inner = |l: TensorList<Self>| TensorList::new(l.tensors.into_iter().map(Self::inner).collect());
         let out = B::blend_many(inner(targets), inner(sources), Self::inner(keep), Self::inner(take));

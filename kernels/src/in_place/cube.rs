@@ -50,6 +50,38 @@ impl InPlaceBackend for CubeBackend {
         (param, buffer)
     }
 
+    fn sgd_many(
+        params: TensorList<Self>,
+        buffers: TensorList<Self>,
+        grads: TensorList<Self>,
+        lr: CubeTensor,
+        momentum: CubeTensor,
+        weight_decay: f64,
+        nesterov: bool,
+    ) -> (TensorList<Self>, TensorList<Self>) {
+        let n = params.tensors.len();
+        assert!(buffers.tensors.len() == n && grads.tensors.len() == n, "sgd_many: a buffer and a gradient for each parameter");
+        let mut out: Vec<Option<(CubeTensor, CubeTensor)>> = (0..n).map(|_| None).collect();
+        let mut batched = Vec::new();
+        for (k, ((p, b), g)) in params.tensors.into_iter().zip(buffers.tensors).zip(grads.tensors).enumerate() {
+            if all_f32(&[&p, &b, &g, &lr, &momentum]) {
+                batched.push((k, [writable(p), writable(b), readable(g)]));
+            } else {
+                out[k] = Some(reference::sgd_step::<Self>(p, b, g, lr.clone(), momentum.clone(), weight_decay, nesterov));
+            }
+        }
+        batched.sort_by_key(|(_, [p, _, _])| p.meta.shape().num_elements());
+        let (lr, momentum) = (readable(lr), readable(momentum));
+        for chunk in batched.chunks(kernels::SGD_TRIPLES) {
+            sgd_chunk(chunk, &lr, &momentum, weight_decay, nesterov);
+        }
+        for (k, [p, b, _]) in batched {
+            out[k] = Some((p, b));
+        }
+        let (p, b) = out.into_iter().map(|t| t.expect("every parameter updated")).unzip();
+        (TensorList::new(p), TensorList::new(b))
+    }
+
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: CubeTensor, take: CubeTensor) -> TensorList<Self> {
         assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
         let mut out: Vec<Option<CubeTensor>> = (0..targets.tensors.len()).map(|_| None).collect();
@@ -124,8 +156,88 @@ impl InPlaceBackend for CubeBackend {
     }
 }
 
-// `blend_chunk` names the kernel's pairs one by one.
-const _: () = assert!(kernels::BLEND_PAIRS == 16);
+// `blend_chunk` and `sgd_chunk` name the kernels' parameters one by one.
+const _: () = assert!(kernels::BLEND_PAIRS == 16 && kernels::SGD_TRIPLES == 16);
+
+/// One launch of `kernels::sgd_triples` over `chunk`'s `(index, [param, buffer, grad])` (at most
+/// `kernels::SGD_TRIPLES`); the kernel's unused parameters get the first triple again, unread.
+fn sgd_chunk(chunk: &[(usize, [CubeTensor; 3])], lr: &CubeTensor, momentum: &CubeTensor, weight_decay: f64, nesterov: bool) {
+    assert!(!chunk.is_empty() && chunk.len() <= kernels::SGD_TRIPLES, "sgd_many: 1 to {} parameters a launch", kernels::SGD_TRIPLES);
+    for (_, [p, b, g]) in chunk {
+        let n = p.meta.shape().num_elements();
+        assert!(b.meta.shape().num_elements() == n && g.meta.shape().num_elements() == n, "sgd_many: the buffer and gradient have the parameter's size");
+    }
+    let longest = chunk.iter().map(|(_, [p, _, _])| p.meta.shape().num_elements()).max().unwrap_or(1);
+    let address = chunk.iter().flat_map(|(_, ts)| ts.iter().map(|t| t.required_address_type())).max().unwrap_or_default();
+    let triple = |k: usize| {
+        let (_, [p, b, g]) = &chunk[if k < chunk.len() { k } else { 0 }];
+        (p.clone().into_tensor_arg(), b.clone().into_tensor_arg(), g.clone().into_tensor_arg())
+    };
+    let [t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15] = std::array::from_fn::<_, 16, _>(triple);
+    let count = CubeCount::Static(longest.div_ceil(CUBE_UNITS).max(1) as u32, chunk.len() as u32, 1);
+    unsafe {
+        kernels::sgd_triples::launch_unchecked(
+            &chunk[0].1[0].client,
+            count,
+            CubeDim::new_1d(CUBE_UNITS as u32),
+            address,
+            t0.0,
+            t0.1,
+            t0.2,
+            t1.0,
+            t1.1,
+            t1.2,
+            t2.0,
+            t2.1,
+            t2.2,
+            t3.0,
+            t3.1,
+            t3.2,
+            t4.0,
+            t4.1,
+            t4.2,
+            t5.0,
+            t5.1,
+            t5.2,
+            t6.0,
+            t6.1,
+            t6.2,
+            t7.0,
+            t7.1,
+            t7.2,
+            t8.0,
+            t8.1,
+            t8.2,
+            t9.0,
+            t9.1,
+            t9.2,
+            t10.0,
+            t10.1,
+            t10.2,
+            t11.0,
+            t11.1,
+            t11.2,
+            t12.0,
+            t12.1,
+            t12.2,
+            t13.0,
+            t13.1,
+            t13.2,
+            t14.0,
+            t14.1,
+            t14.2,
+            t15.0,
+            t15.1,
+            t15.2,
+            lr.clone().into_tensor_arg(),
+            momentum.clone().into_tensor_arg(),
+            weight_decay as f32,
+            chunk.len(),
+            weight_decay > 0.0,
+            nesterov,
+        );
+    }
+}
 
 /// One launch of `kernels::blend_pairs` over `chunk`'s `(index, target, source)` triples (at
 /// most `kernels::BLEND_PAIRS`); the kernel's unused parameters get the first pair again, unread.

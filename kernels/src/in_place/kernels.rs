@@ -17,6 +17,22 @@ fn position(total: usize) -> usize {
     i
 }
 
+/// One SGD step of one element: the parameter and momentum buffer after it.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn sgd_update(p: f32, buffer: f32, grad: f32, lr: f32, momentum: f32, weight_decay: f32, #[comptime] decay: bool, #[comptime] nesterov: bool) -> (f32, f32) {
+    let mut g = grad;
+    if decay {
+        g += p * weight_decay;
+    }
+    let b = buffer * momentum + g;
+    let mut step = b;
+    if nesterov {
+        step = g + b * momentum;
+    }
+    (p - step * lr, b)
+}
+
 /// One SGD step in place: `param` and `buffer` are read and written, `grad` read.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
@@ -32,20 +48,64 @@ pub fn sgd_step(
     #[comptime] nesterov: bool,
 ) {
     let i = position(total);
-    let m = momentum[0];
-    let p = param[i];
-    let mut g = grad[i];
-    if decay {
-        g += p * weight_decay;
-    }
-    let b = buffer[i] * m + g;
-    let mut step = b;
-    if nesterov {
-        step = g + b * m;
-    }
+    let (p, b) = sgd_update(param[i], buffer[i], grad[i], lr[0], momentum[0], weight_decay, decay, nesterov);
     buffer[i] = b;
-    param[i] = p - step * lr[0];
+    param[i] = p;
 }
+
+/// Declares `$name`: one SGD step in place for the first `used` of its (parameter, buffer,
+/// gradient) triples, one launch laid out as `blend_pairs`'s (cube row `y` = triple `y`).
+macro_rules! sgd_triples_kernel {
+    ($name:ident, $triples:literal, $(($p:ident, $b:ident, $g:ident, $k:literal)),*) => {
+        #[cube(launch_unchecked, address_type = "dynamic")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            $($p: &mut Tensor<f32>, $b: &mut Tensor<f32>, $g: &Tensor<f32>,)*
+            lr: &Tensor<f32>,
+            momentum: &Tensor<f32>,
+            weight_decay: f32,
+            #[comptime] used: usize,
+            #[comptime] decay: bool,
+            #[comptime] nesterov: bool,
+        ) {
+            let i = CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize;
+            let which = CUBE_POS_Y as usize;
+            $(
+                if comptime!($k < used) {
+                    if which == $k && i < $p.len() {
+                        let (p, b) = sgd_update($p[i], $b[i], $g[i], lr[0], momentum[0], weight_decay, decay, nesterov);
+                        $b[i] = b;
+                        $p[i] = p;
+                    }
+                }
+            )*
+        }
+
+        /// Triples one launch of the kernel takes.
+        pub const SGD_TRIPLES: usize = $triples;
+    };
+}
+
+sgd_triples_kernel!(
+    sgd_triples,
+    16,
+    (p0, b0, g0, 0),
+    (p1, b1, g1, 1),
+    (p2, b2, g2, 2),
+    (p3, b3, g3, 3),
+    (p4, b4, g4, 4),
+    (p5, b5, g5, 5),
+    (p6, b6, g6, 6),
+    (p7, b7, g7, 7),
+    (p8, b8, g8, 8),
+    (p9, b9, g9, 9),
+    (p10, b10, g10, 10),
+    (p11, b11, g11, 11),
+    (p12, b12, g12, 12),
+    (p13, b13, g13, 13),
+    (p14, b14, g14, 14),
+    (p15, b15, g15, 15)
+);
 
 /// Declares `$name`: `t_k = t_k * keep + s_k * take` in place for the first `used` of its
 /// (target, source) pairs, one launch: cube row `y` updates pair `y`, the cubes along `x` its

@@ -1,13 +1,14 @@
-//! The training state's updates, each written into its tensor's own buffer by one kernel: the
-//! SGD step (parameter and momentum buffer together), a weighted sum `target * keep + source *
-//! take` (the EMA, over a whole list of tensors: 16 a kernel) and BatchNorm's running mean and
-//! variance (both from the layer's statistics tensor, one kernel a layer).
+//! The training state's updates, each written into its tensor's own buffer: the SGD step
+//! (parameter and momentum buffer together, over a list of parameters: 16 a kernel), a weighted
+//! sum `target * keep + source * take` (the EMA, over a whole list of tensors: 16 a kernel) and
+//! BatchNorm's running mean and variance (both from the layer's statistics tensor, one kernel a
+//! layer).
 //!
 //! Why: a captured step must find every state tensor in the buffer it recorded. Composed of
 //! tensor operations, an update lands in a new buffer and is copied back (`tensor::write_into`):
 //! on the H200 the whole step's optimizer, EMA and running statistics cost ~9,700 launches a
 //! step this way (two fused kernels and two copies per parameter), against ~2,960 with one kernel
-//! a tensor and ~1,570 with the EMA's in lists of 16 (YOLOv9-t). Each run of the step outside a
+//! a tensor and ~440 with SGD and the EMA in lists of 16 (YOLOv9-t: 57 + 93 + 291). Each run of the step outside a
 //! graph (the eager steps before the capture, its warm-up run, the recording window) pays the
 //! host time of every launch.
 //!
@@ -46,6 +47,21 @@ pub trait InPlaceBackend: Backend {
         nesterov: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         reference::sgd_step::<Self>(param, buffer, grad, lr, momentum, weight_decay, nesterov)
+    }
+
+    /// [`sgd_step`](Self::sgd_step) of each parameter with the buffer and gradient at its index,
+    /// all with one rate and decay, as one operation (on the GPU 16 parameters a kernel).
+    #[fusion(meta = sgd_many_meta)]
+    fn sgd_many(
+        #[extension_type] params: TensorList<Self>,
+        #[extension_type] buffers: TensorList<Self>,
+        #[extension_type] grads: TensorList<Self>,
+        lr: FloatTensor<Self>,
+        momentum: FloatTensor<Self>,
+        weight_decay: f64,
+        nesterov: bool,
+    ) -> (TensorList<Self>, TensorList<Self>) {
+        reference::sgd_many::<Self>(params, buffers, grads, lr, momentum, weight_decay, nesterov)
     }
 
     /// `targets[k] * keep + sources[k] * take` for every k, `keep` and `take` `[1]` device scalars
@@ -97,6 +113,19 @@ fn sgd_meta(
     (param.clone(), buffer.clone())
 }
 
+#[allow(clippy::ptr_arg, clippy::too_many_arguments)] // the metadata of a `TensorList` is a `Vec`
+fn sgd_many_meta(
+    params: &Vec<TensorSpec>,
+    buffers: &Vec<TensorSpec>,
+    _grads: &Vec<TensorSpec>,
+    _lr: &TensorSpec,
+    _momentum: &TensorSpec,
+    _wd: &f64,
+    _nesterov: &bool,
+) -> (Vec<TensorSpec>, Vec<TensorSpec>) {
+    (params.clone(), buffers.clone())
+}
+
 #[allow(clippy::ptr_arg)] // the metadata of a `TensorList` is a `Vec`
 fn blend_many_meta(targets: &Vec<TensorSpec>, _sources: &Vec<TensorSpec>, _keep: &TensorSpec, _take: &TensorSpec) -> Vec<TensorSpec> {
     targets.clone()
@@ -134,6 +163,30 @@ pub fn sgd_step<const D: usize>(
         nesterov,
     );
     (Tensor::from_dispatch(p), Tensor::from_dispatch(b))
+}
+
+/// [`sgd_step`] of every parameter (any ranks) with its flat momentum buffer and gradient, one
+/// rate and decay for all, as one operation; returns the parameters and buffers, in their own
+/// buffers on the GPU when passed as their last use.
+pub fn sgd_many(
+    params: Vec<FloatTensor<Dispatch>>,
+    buffers: Vec<FloatTensor<Dispatch>>,
+    grads: Vec<FloatTensor<Dispatch>>,
+    lr: &Tensor<1>,
+    momentum: &Tensor<1>,
+    weight_decay: f64,
+    nesterov: bool,
+) -> (Vec<FloatTensor<Dispatch>>, Vec<FloatTensor<Dispatch>>) {
+    let (p, b) = <Dispatch as InPlaceBackend>::sgd_many(
+        TensorList::new(params),
+        TensorList::new(buffers),
+        TensorList::new(grads),
+        lr.clone().into_dispatch(),
+        momentum.clone().into_dispatch(),
+        weight_decay,
+        nesterov,
+    );
+    (p.tensors, b.tensors)
 }
 
 /// `targets[k] * keep + sources[k] * take` for every k (any ranks, each pair of one shape), as

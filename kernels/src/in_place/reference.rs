@@ -35,6 +35,22 @@ pub fn sgd_step<B: Backend>(
     (shaped::<B>(p, shape), new_buffer)
 }
 
+pub fn sgd_many<B: Backend>(
+    params: TensorList<B>,
+    buffers: TensorList<B>,
+    grads: TensorList<B>,
+    lr: FloatTensor<B>,
+    momentum: FloatTensor<B>,
+    weight_decay: f64,
+    nesterov: bool,
+) -> (TensorList<B>, TensorList<B>) {
+    let n = params.tensors.len();
+    assert!(buffers.tensors.len() == n && grads.tensors.len() == n, "sgd_many: a buffer and a gradient for each parameter");
+    let triples = params.tensors.into_iter().zip(buffers.tensors).zip(grads.tensors);
+    let (p, b) = triples.map(|((p, b), g)| sgd_step::<B>(p, b, g, lr.clone(), momentum.clone(), weight_decay, nesterov)).unzip();
+    (TensorList::new(p), TensorList::new(b))
+}
+
 pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> FloatTensor<B> {
     let rank = target.shape().num_dims();
     B::float_add(B::float_mul(target, scalar_of_rank::<B>(keep, rank)), B::float_mul(source, scalar_of_rank::<B>(take, rank)))

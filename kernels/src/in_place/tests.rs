@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{blend_const, blend_many, running_stats, sgd_step};
+use super::{blend_const, blend_many, running_stats, sgd_many, sgd_step};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -41,6 +41,30 @@ fn sgd_step_is_torchs_update_with_and_without_nesterov_and_decay() {
         let want: Vec<(f64, f64)> = (0..6).map(|i| torch_sgd(p0[i] as f64, b0[i] as f64, g0[i] as f64, lr, momentum, wd, nesterov)).collect();
         close(&values(p), &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
         close(&values(b), &want.iter().map(|w| w.1 as f32).collect::<Vec<_>>());
+    }
+}
+
+/// The list form is torch's update of each parameter with its own buffer and gradient, whatever
+/// its rank, for more parameters than one GPU launch takes; results in order.
+#[test]
+fn sgd_many_updates_each_parameter_in_order() {
+    let device = Device::flex();
+    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+    let (lr, momentum, wd) = (0.01, 0.937, 5e-4);
+    let lens: Vec<usize> = (1..=18).map(|k| k * 11 % 29 + 1).collect();
+    let data = |seed: usize, n: usize| (0..n).map(|i| ((seed * 17 + i * 5) % 23) as f32 / 4.0 - 2.5).collect::<Vec<f32>>();
+    let flat = |seed: usize, n: usize| Tensor::<1>::from_data(TensorData::new(data(seed, n), [n]), &device);
+    let params = lens.iter().enumerate().map(|(k, &n)| if k % 2 == 0 { flat(k, n).into_dispatch() } else { flat(k, n).reshape([n, 1]).into_dispatch() });
+    let buffers = lens.iter().enumerate().map(|(k, &n)| flat(k + 50, n).into_dispatch());
+    let grads = lens.iter().enumerate().map(|(k, &n)| flat(k + 100, n).into_dispatch());
+    let (params, buffers) = sgd_many(params.collect(), buffers.collect(), grads.collect(), &scalar(lr), &scalar(momentum), wd, true);
+    assert_eq!((params.len(), buffers.len()), (lens.len(), lens.len()));
+    for (k, ((p, b), &n)) in params.into_iter().zip(buffers).zip(&lens).enumerate() {
+        let p = if k % 2 == 0 { values(Tensor::<1>::from_dispatch(p)) } else { values(Tensor::<2>::from_dispatch(p)) };
+        let want: Vec<(f64, f64)> =
+            (0..n).map(|i| torch_sgd(data(k, n)[i] as f64, data(k + 50, n)[i] as f64, data(k + 100, n)[i] as f64, lr, momentum, wd, true)).collect();
+        close(&p, &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
+        close(&values(Tensor::<1>::from_dispatch(b)), &want.iter().map(|w| w.1 as f32).collect::<Vec<_>>());
     }
 }
 

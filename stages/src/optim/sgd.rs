@@ -2,23 +2,28 @@
 //! `dampening = 0`: `g += wd * p; buf = momentum * buf + g` (`buf = g` at the first step);
 //! `g = g + momentum * buf` with Nesterov, else `g = buf`; `p -= lr * g`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use burn::tensor::Tensor;
+use libreyolo_families::tensor::AnyTensor;
 use libreyolo_families::{ParamId, ParamStore, Value};
-use libreyolo_kernels::in_place::sgd_step;
+use libreyolo_kernels::in_place::sgd_many;
 
+use super::groups::Hyper;
 use super::{Groups, Optimizer, Rates, Resolved, Scalars, trainable, zeros_for};
 
 pub struct Sgd {
     pub groups: Resolved,
     pub nesterov: bool,
-    buffers: HashMap<ParamId, Tensor<1>>,
+    /// Ordered by parameter: `tensors_mut` must list them in the same order every step (a
+    /// capture compares and restores the state by position), and a step takes a whole group out
+    /// before it puts it back, which would reshuffle a hash map's order.
+    buffers: BTreeMap<ParamId, Tensor<1>>,
 }
 
 impl Sgd {
     pub fn new(groups: Groups, nesterov: bool) -> Self {
-        Self { groups: Resolved::new(groups), nesterov, buffers: HashMap::new() }
+        Self { groups: Resolved::new(groups), nesterov, buffers: BTreeMap::new() }
     }
 }
 
@@ -30,25 +35,37 @@ impl Optimizer for Sgd {
     }
 
     /// With zero-initialised buffers, `buf = momentum * buf + g` is `g` at the first step,
-    /// exactly torch's `buf = g`. A parameter's whole update, momentum buffer included, is one
-    /// kernel on the GPU, written into both tensors' own buffers (`in_place::sgd_step`).
+    /// exactly torch's `buf = g`. The parameters of one rate and decay update together, momentum
+    /// buffers included, as one operation (`in_place::sgd_many`: on the GPU 16 parameters a
+    /// kernel, each written into its own buffers).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         let mut rates = Rates::new(s);
+        // Grouped by (rate scale, decay) in the order the groups first appear.
+        let mut groups: Vec<(Hyper, Vec<(ParamId, Tensor<1>)>)> = Vec::new();
         for (id, grad) in grads {
             let hyper = self.groups.of(store, id);
+            match groups.iter_mut().find(|(h, _)| *h == hyper) {
+                Some((_, members)) => members.push((id, grad)),
+                None => groups.push((hyper, vec![(id, grad)])),
+            }
+        }
+        for (hyper, members) in groups {
             let lr = rates.at(hyper.lr_scale);
-            // Taken out of the map, so the kernel gets the buffer as its last use (in place).
-            let buf = self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like());
-            let mut new_buf = None;
-            store.map_value(id, |value| match value {
-                Value::Float(p) => Value::Float(libreyolo_families::each_rank!(p, p => {
-                    let (p, b) = sgd_step(p, buf, grad, &lr, &s.momentum, hyper.weight_decay, self.nesterov);
-                    new_buf = Some(b);
-                    p
-                })),
-                Value::Count(_) => unreachable!("counts have no gradient"),
-            });
-            self.buffers.insert(id, new_buf.expect("a trainable tensor was updated"));
+            let (mut ranks, mut params, mut buffers, mut flat_grads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (id, grad) in &members {
+                // Taken out of the store and the map, so the kernel gets each as its last use.
+                let Value::Float(p) = std::mem::replace(&mut store.entry_mut(*id).value, Value::Count(0)) else { unreachable!("counts have no gradient") };
+                let (rank, p) = p.into_primitive();
+                ranks.push(rank);
+                params.push(p);
+                buffers.push(self.buffers.remove(id).unwrap_or_else(|| grad.zeros_like()).into_dispatch());
+                flat_grads.push(grad.clone().into_dispatch());
+            }
+            let (params, buffers) = sgd_many(params, buffers, flat_grads, &lr, &s.momentum, hyper.weight_decay, self.nesterov);
+            for (((id, _), rank), (p, b)) in members.into_iter().zip(ranks).zip(params.into_iter().zip(buffers)) {
+                store.entry_mut(id).value = Value::Float(AnyTensor::from_primitive(rank, p));
+                self.buffers.insert(id, Tensor::from_dispatch(b));
+            }
         }
     }
 
