@@ -1,11 +1,15 @@
 //! `bench ops --check`: the custom GPU kernels at every shape of the network's training step, on
 //! the bench's device, against the CPU backend in f32 on the same (dtype-rounded) random inputs:
-//! the convolution weight gradients (on CUDA the split-K kernel of vendor/burn-cubecl) and the
+//! the convolution input gradients (on CUDA whichever of vendor/burn-cubecl's candidates its
+//! selection picks, among them the im2col matmul and its col2im gather for strided shapes), the
+//! convolution weight gradients (on CUDA the split-K kernel of vendor/burn-cubecl) and the
 //! fused BatchNorm (+ SiLU) forward and backward with its running-statistics update
 //! (libreyolo-kernels), and the gathers of the deformable attention's sampling with their
 //! scatter-add backward (burn's, which picks atomic adds by dtype). The device runs whatever
 //! its selection picks, so a custom kernel is checked at every shape it will see.
 
+use burn::backend::Dispatch;
+use burn::backend::ops::ModuleOps;
 use burn::tensor::module::conv2d_weight_backward;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
@@ -19,7 +23,7 @@ use super::ops::{OpCount, OpSpec, gather_rows_fwd_bwd, gather_rows_operands, ran
 #[derive(Debug, Clone, Serialize)]
 pub struct KernelCheck {
     pub spec: OpSpec,
-    /// Which result: `weight_grad`, one of the BatchNorm's `output`, `mean`, `var`,
+    /// Which result: `input_grad` or `weight_grad` of a convolution, one of the BatchNorm's `output`, `mean`, `var`,
     /// `input_grad`, `weight_grad`, `bias_grad`, `running_mean`, `running_var`, or the gather's
     /// `rows` and `input_grad`.
     pub tensor: &'static str,
@@ -42,19 +46,30 @@ pub fn tolerance(dtype: FloatDType) -> f32 {
     }
 }
 
+/// Error allowed for a convolution's input gradient: in f32 cubek's tensor-core candidates
+/// multiply in TF32 (10-bit mantissas; measured at most 3.8e-4 of the magnitude at YOLOv9-t's shapes on an H100),
+/// as PyTorch's convolutions do by default (`allow_tf32`).
+fn input_grad_tolerance(dtype: FloatDType) -> f32 {
+    if dtype == FloatDType::F32 { 2e-3 } else { tolerance(dtype) }
+}
+
 /// Error allowed for a result kept in f32 whatever the compute dtype (BatchNorm statistics and
 /// affine gradients: f32 sums of the same rounded inputs on both sides).
 fn f32_result_tolerance(dtype: FloatDType) -> f32 {
     if dtype == FloatDType::F32 { 1e-4 } else { 1e-3 }
 }
 
-/// Checks every `ConvWeightGrad` and `BatchNormFwdBwd` of `ops` in `dtype` on `device`.
+/// Checks every `ConvInputGrad`, `ConvWeightGrad`, `BatchNormFwdBwd` and `GatherRowsFwdBwd` of
+/// `ops` in `dtype` on `device`.
 pub fn run(ops: &[OpCount], dtype: FloatDType, device: &Device) -> Vec<KernelCheck> {
-    let checked = |s: &&OpSpec| matches!(s, OpSpec::ConvWeightGrad { .. } | OpSpec::BatchNormFwdBwd { .. } | OpSpec::GatherRowsFwdBwd { .. });
+    let checked = |s: &&OpSpec| {
+        matches!(s, OpSpec::ConvInputGrad { .. } | OpSpec::ConvWeightGrad { .. } | OpSpec::BatchNormFwdBwd { .. } | OpSpec::GatherRowsFwdBwd { .. })
+    };
     let specs: Vec<&OpSpec> = ops.iter().map(|o| &o.spec).filter(checked).collect();
     let mut out = vec![];
     for (i, spec) in specs.iter().enumerate() {
         let results = match **spec {
+            OpSpec::ConvInputGrad { input, c_out, k, stride, padding, groups } => input_grad(input, c_out, k, stride, padding, groups, dtype, device),
             OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => weight_grad(input, c_out, k, stride, padding, groups, dtype, device),
             OpSpec::BatchNormFwdBwd { input, act } => batch_norm(input, act, dtype, device),
             OpSpec::GatherRowsFwdBwd { input, rows } => gather_rows(input, rows, dtype, device),
@@ -85,6 +100,21 @@ fn on_cpu<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
 
 fn flat<const D: usize>(t: Tensor<D>) -> Tensor<1> {
     t.reshape([-1])
+}
+
+/// The input gradient on a channels-last output gradient (as the network's backward hands it):
+/// strided shapes go through the im2col matmul and its col2im gather on CUDA.
+#[allow(clippy::too_many_arguments)]
+fn input_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, dtype: FloatDType, device: &Device) -> Compared {
+    let (x, g) = weight_grad_operands(input, c_out, k, stride, padding, dtype, device);
+    let w = Tensor::<4>::random([c_out, input[1] / groups, k, k], Distribution::Uniform(-1.0, 1.0), device).cast(dtype);
+    let o = ConvOptions::new([stride; 2], [padding; 2], [1, 1], groups);
+    let grad = |x: Tensor<4>, w: Tensor<4>, g: Tensor<4>| {
+        Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(x.into_dispatch(), w.into_dispatch(), g.into_dispatch(), o.clone()))
+    };
+    let got = on_cpu(&grad(x.clone(), w.clone(), g.clone()));
+    let want = grad(on_cpu(&x), on_cpu(&w), on_cpu(&g));
+    vec![("input_grad", flat(got), flat(want), input_grad_tolerance(dtype))]
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -154,16 +184,17 @@ mod tests {
     use super::*;
 
     /// On the CPU the device and the reference are the same backend: the check runs end to end
-    /// and finds non-trivial results within f32's tolerance, for both kernels.
+    /// and finds non-trivial results within f32's tolerance, for every kind it checks.
     #[test]
     fn the_cpu_passes_its_own_check() {
         let ops = [
             OpCount { spec: OpSpec::ConvWeightGrad { input: [2, 3, 8, 8], c_out: 4, k: 3, stride: 1, padding: 1, groups: 1 }, count: 1 },
+            OpCount { spec: OpSpec::ConvInputGrad { input: [2, 4, 9, 9], c_out: 6, k: 3, stride: 2, padding: 1, groups: 1 }, count: 1 },
             OpCount { spec: OpSpec::BatchNormFwdBwd { input: [2, 8, 5, 6], act: true }, count: 1 },
             OpCount { spec: OpSpec::GatherRowsFwdBwd { input: [3, 20, 4], rows: 50 }, count: 1 },
         ];
         let rows = run(&ops, FloatDType::F32, &Device::flex());
-        assert_eq!(rows.len(), 11);
+        assert_eq!(rows.len(), 12);
         for row in &rows {
             assert!(row.pass && row.max_ref > 0.0, "{row:?}");
             assert!(row.max_abs_err <= 1e-4 * row.max_ref);

@@ -66,8 +66,8 @@ enum BenchWhat {
         /// `batchnorm`, `silu`, `max-pool`, `avg-pool`, `upsample`, `concat`), and no network row.
         #[arg(long, value_delimiter = ',', value_name = "KIND")]
         only: Vec<String>,
-        /// Check the device's custom kernels (convolution weight gradients, the fused BatchNorm)
-        /// at these shapes against the CPU in f32 instead of timing (fails when one is out of
+        /// Check the device's custom kernels (convolution input and weight gradients, the fused
+        /// BatchNorm, the deformable sampling's gathers) at these shapes against the CPU in f32 instead of timing (fails when one is out of
         /// tolerance).
         #[arg(long)]
         check: bool,

@@ -693,6 +693,31 @@ fn col2im<const N: usize>(
     let cube_count = calculate_cube_count_elemwise(&client, num_elems, cube_dim);
     let pad = options.padding_begin();
 
+    if N == 2 && options.dilation.iter().all(|&d| d == 1) {
+        unsafe {
+            col2im_2d_kernel::launch_unchecked(
+                &client,
+                cube_count,
+                cube_dim,
+                address_type!(columns, grad_in),
+                columns.into_tensor_arg(),
+                grad_in.clone().into_linear_view(),
+                shape_divmod(&grad_in),
+                pad[0],
+                pad[1],
+                out_shape[0],
+                out_shape[1],
+                channels,
+                kernel_shape[0],
+                kernel_shape[1],
+                options.stride[0],
+                options.stride[1],
+                dtype_to_storage_type(dtype),
+            );
+        }
+        return grad_in;
+    }
+
     let mut kernel = SequenceArg::new();
     let mut stride = SequenceArg::new();
     let mut padding = SequenceArg::new();
@@ -782,6 +807,67 @@ fn col2im_kernel<E: Numeric>(
             // Through the strides: a pitched allocator pads each matmul output
             // row, so a row is not always `taps * channels` elements long.
             val += columns[m * columns.stride(0) + (tap * channels + cin) * columns.stride(1)];
+        }
+    }
+
+    grad_in.write(ABSOLUTE_POS, val);
+}
+
+/// [`col2im_kernel`] in 2D with unit dilation, the geometry compile-time: along
+/// each axis only the taps whose window can start on the pixel are visited (with
+/// stride `s`, every `s`-th tap from `(pos + pad) % s`), so a 3x3 at stride 2
+/// reads its 1-4 hits without testing the other taps. The generic kernel tests
+/// all `taps` with a division and a modulo an axis each (54 integer divisions a
+/// thread for a 3x3), which made it compute-bound at several times its memory
+/// time. The taps are summed in the same (ascending) order as there, so the
+/// result is the same to the bit.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+fn col2im_2d_kernel<E: Numeric>(
+    columns: &Tensor<E>,
+    mut grad_in: LinearViewMut<'_, E>,
+    grad_in_shape: Sequence<FastDivmod<usize>>,
+    pad_h: usize,
+    pad_w: usize,
+    out_h: usize,
+    out_w: usize,
+    channels: usize,
+    #[comptime] kernel_h: usize,
+    #[comptime] kernel_w: usize,
+    #[comptime] stride_h: usize,
+    #[comptime] stride_w: usize,
+    #[define(E)] _dtype: ElemType,
+) {
+    if !grad_in.is_in_bounds(ABSOLUTE_POS) {
+        terminate!();
+    }
+
+    let (_, pos) = decompose_linear(ABSOLUTE_POS, &grad_in_shape);
+    let n = pos[0];
+    let cin = pos[3];
+    let qh = pos[1] + pad_h;
+    let qw = pos[2] + pad_w;
+    let first_h = qh % stride_h;
+    let first_w = qw % stride_w;
+    let mut val = E::zero();
+
+    #[unroll]
+    for th in 0..comptime!(kernel_h.div_ceil(stride_h)) {
+        let kh = first_h + th * stride_h;
+        // `qh - kh` is a multiple of the stride, so the division is exact.
+        if kh < kernel_h && kh <= qh && (qh - kh) / stride_h < out_h {
+            let oh = (qh - kh) / stride_h;
+            #[unroll]
+            for tw in 0..comptime!(kernel_w.div_ceil(stride_w)) {
+                let kw = first_w + tw * stride_w;
+                if kw < kernel_w && kw <= qw && (qw - kw) / stride_w < out_w {
+                    let ow = (qw - kw) / stride_w;
+                    let m = (n * out_h + oh) * out_w + ow;
+                    let tap = kh * kernel_w + kw;
+                    // Through the strides, as in `col2im_kernel`.
+                    val += columns[m * columns.stride(0) + (tap * channels + cin) * columns.stride(1)];
+                }
+            }
         }
     }
 
