@@ -10,19 +10,6 @@ use super::InPlaceBackend;
 use crate::tensor_list::TensorList;
 
 impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Autodiff<B, C> {
-    fn sgd_step(
-        param: FloatTensor<Self>,
-        buffer: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        lr: FloatTensor<Self>,
-        momentum: FloatTensor<Self>,
-        weight_decay: f64,
-        nesterov: bool,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (p, b) = B::sgd_step(Self::inner(param), Self::inner(buffer), Self::inner(grad), Self::inner(lr), Self::inner(momentum), weight_decay, nesterov);
-        (Self::from_inner(p), Self::from_inner(b))
-    }
-
     fn sgd_many(
         params: TensorList<Self>,
         buffers: TensorList<Self>,

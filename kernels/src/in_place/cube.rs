@@ -13,43 +13,6 @@ use super::{InPlaceBackend, reference};
 use crate::tensor_list::TensorList;
 
 impl InPlaceBackend for CubeBackend {
-    fn sgd_step(
-        param: CubeTensor,
-        buffer: CubeTensor,
-        grad: CubeTensor,
-        lr: CubeTensor,
-        momentum: CubeTensor,
-        weight_decay: f64,
-        nesterov: bool,
-    ) -> (CubeTensor, CubeTensor) {
-        if !all_f32(&[&param, &buffer, &grad, &lr, &momentum]) {
-            return reference::sgd_step::<Self>(param, buffer, grad, lr, momentum, weight_decay, nesterov);
-        }
-        let (param, buffer, grad) = (writable(param), writable(buffer), readable(grad));
-        let total = param.meta.shape().num_elements();
-        assert_eq!(total, buffer.meta.shape().num_elements(), "sgd_step: the momentum buffer has the parameter's size");
-        assert_eq!(total, grad.meta.shape().num_elements(), "sgd_step: the gradient has the parameter's size");
-        let launch = Launch::new(total, &[&param, &buffer, &grad]);
-        unsafe {
-            kernels::sgd_step::launch_unchecked(
-                &param.client,
-                launch.count(),
-                CubeDim::new_1d(CUBE_UNITS as u32),
-                launch.address,
-                param.clone().into_tensor_arg(),
-                buffer.clone().into_tensor_arg(),
-                grad.into_tensor_arg(),
-                readable(lr).into_tensor_arg(),
-                readable(momentum).into_tensor_arg(),
-                weight_decay as f32,
-                launch.total,
-                weight_decay > 0.0,
-                nesterov,
-            );
-        }
-        (param, buffer)
-    }
-
     fn sgd_many(
         params: TensorList<Self>,
         buffers: TensorList<Self>,

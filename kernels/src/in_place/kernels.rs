@@ -33,26 +33,6 @@ fn sgd_update(p: f32, buffer: f32, grad: f32, lr: f32, momentum: f32, weight_dec
     (p - step * lr, b)
 }
 
-/// One SGD step in place: `param` and `buffer` are read and written, `grad` read.
-#[cube(launch_unchecked, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
-pub fn sgd_step(
-    param: &mut Tensor<f32>,
-    buffer: &mut Tensor<f32>,
-    grad: &Tensor<f32>,
-    lr: &Tensor<f32>,
-    momentum: &Tensor<f32>,
-    weight_decay: f32,
-    total: usize,
-    #[comptime] decay: bool,
-    #[comptime] nesterov: bool,
-) {
-    let i = position(total);
-    let (p, b) = sgd_update(param[i], buffer[i], grad[i], lr[0], momentum[0], weight_decay, decay, nesterov);
-    buffer[i] = b;
-    param[i] = p;
-}
-
 /// Declares `$name`: one SGD step in place for the first `used` of its (parameter, buffer,
 /// gradient) triples, one launch laid out as `blend_pairs`'s (cube row `y` = triple `y`).
 macro_rules! sgd_triples_kernel {

@@ -32,25 +32,12 @@ use crate::tensor_list::TensorList;
 /// In-place state updates as backend primitives (see the module's doc).
 #[backend_extension(Cube, Flex, Capture, Autodiff, Fusion)]
 pub trait InPlaceBackend: Backend {
-    /// `(param, buffer)` after one SGD step with momentum (torch's `SGD`, dampening 0):
-    /// `g = grad + weight_decay * param; buffer = momentum * buffer + g; param -= lr * (nesterov
-    /// ? g + momentum * buffer : buffer)`. `buffer` and `grad` are flat, `param` any shape of as
-    /// many elements; `lr` and `momentum` are `[1]` device scalars.
-    #[fusion(meta = sgd_meta)]
-    fn sgd_step(
-        param: FloatTensor<Self>,
-        buffer: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        lr: FloatTensor<Self>,
-        momentum: FloatTensor<Self>,
-        weight_decay: f64,
-        nesterov: bool,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        reference::sgd_step::<Self>(param, buffer, grad, lr, momentum, weight_decay, nesterov)
-    }
-
-    /// [`sgd_step`](Self::sgd_step) of each parameter with the buffer and gradient at its index,
-    /// all with one rate and decay, as one operation (on the GPU 16 parameters a kernel).
+    /// `(params, buffers)` after one SGD step with momentum (torch's `SGD`, dampening 0) of each
+    /// parameter with the buffer and gradient at its index: `g = grad + weight_decay * param;
+    /// buffer = momentum * buffer + g; param -= lr * (nesterov ? g + momentum * buffer :
+    /// buffer)`. Buffers and gradients are flat, a parameter any shape of as many elements; `lr`
+    /// and `momentum` are `[1]` device scalars, one rate and decay for the list. One operation:
+    /// on the GPU 16 parameters a kernel.
     #[fusion(meta = sgd_many_meta)]
     fn sgd_many(
         #[extension_type] params: TensorList<Self>,
@@ -100,19 +87,6 @@ pub trait InPlaceBackend: Backend {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn sgd_meta(
-    param: &TensorSpec,
-    buffer: &TensorSpec,
-    _grad: &TensorSpec,
-    _lr: &TensorSpec,
-    _momentum: &TensorSpec,
-    _wd: &f64,
-    _nesterov: &bool,
-) -> (TensorSpec, TensorSpec) {
-    (param.clone(), buffer.clone())
-}
-
 #[allow(clippy::ptr_arg, clippy::too_many_arguments)] // the metadata of a `TensorList` is a `Vec`
 fn sgd_many_meta(
     params: &Vec<TensorSpec>,
@@ -142,31 +116,8 @@ fn running_stats_meta(mean: &TensorSpec, var: &TensorSpec, _stats: &TensorSpec, 
 impl InPlaceBackend for Flex {}
 impl InPlaceBackend for Capture {}
 
-/// One SGD step of `param` (see [`InPlaceBackend::sgd_step`]); returns the parameter and its
-/// momentum buffer, in their own buffers on the GPU when both are passed as their last use.
-pub fn sgd_step<const D: usize>(
-    param: Tensor<D>,
-    buffer: Tensor<1>,
-    grad: Tensor<1>,
-    lr: &Tensor<1>,
-    momentum: &Tensor<1>,
-    weight_decay: f64,
-    nesterov: bool,
-) -> (Tensor<D>, Tensor<1>) {
-    let (p, b) = <burn::backend::Dispatch as InPlaceBackend>::sgd_step(
-        param.into_dispatch(),
-        buffer.into_dispatch(),
-        grad.into_dispatch(),
-        lr.clone().into_dispatch(),
-        momentum.clone().into_dispatch(),
-        weight_decay,
-        nesterov,
-    );
-    (Tensor::from_dispatch(p), Tensor::from_dispatch(b))
-}
-
-/// [`sgd_step`] of every parameter (any ranks) with its flat momentum buffer and gradient, one
-/// rate and decay for all, as one operation; returns the parameters and buffers, in their own
+/// One SGD step of every parameter (any ranks) with its flat momentum buffer and gradient, one
+/// rate and decay for all, as one operation (see [`InPlaceBackend::sgd_many`]); returns the parameters and buffers, in their own
 /// buffers on the GPU when passed as their last use.
 pub fn sgd_many(
     params: Vec<FloatTensor<Dispatch>>,

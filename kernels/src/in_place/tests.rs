@@ -3,7 +3,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{blend_const, blend_many, running_stats, sgd_many, sgd_step};
+use super::{blend_const, blend_many, running_stats, sgd_many};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -25,7 +25,7 @@ fn torch_sgd(p: f64, buf: f64, g: f64, lr: f64, momentum: f64, wd: f64, nesterov
 }
 
 #[test]
-fn sgd_step_is_torchs_update_with_and_without_nesterov_and_decay() {
+fn sgd_is_torchs_update_with_and_without_nesterov_and_decay() {
     let device = Device::flex();
     let p0 = [0.5f32, -1.25, 2.0, 0.0, 3.5, -0.75];
     let b0 = [0.1f32, 0.0, -0.2, 0.3, 0.05, -0.4];
@@ -36,7 +36,9 @@ fn sgd_step_is_torchs_update_with_and_without_nesterov_and_decay() {
         let buffer = Tensor::<1>::from_data(TensorData::new(b0.to_vec(), [6]), &device);
         let grad = Tensor::<1>::from_data(TensorData::new(g0.to_vec(), [6]), &device);
         let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
-        let (p, b) = sgd_step(param, buffer, grad, &scalar(lr), &scalar(momentum), wd, nesterov);
+        let (mut p, mut b) =
+            sgd_many(vec![param.into_dispatch()], vec![buffer.into_dispatch()], vec![grad.into_dispatch()], &scalar(lr), &scalar(momentum), wd, nesterov);
+        let (p, b) = (Tensor::<4>::from_dispatch(p.remove(0)), Tensor::<1>::from_dispatch(b.remove(0)));
         assert_eq!(p.dims(), [1, 2, 3, 1], "the parameter keeps its shape");
         let want: Vec<(f64, f64)> = (0..6).map(|i| torch_sgd(p0[i] as f64, b0[i] as f64, g0[i] as f64, lr, momentum, wd, nesterov)).collect();
         close(&values(p), &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
