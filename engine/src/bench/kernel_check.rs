@@ -8,8 +8,6 @@
 //! scatter-add backward (burn's, which picks atomic adds by dtype). The device runs whatever
 //! its selection picks, so a custom kernel is checked at every shape it will see.
 
-use burn::backend::Dispatch;
-use burn::backend::ops::ModuleOps;
 use burn::tensor::module::conv2d_weight_backward;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
@@ -17,15 +15,15 @@ use libreyolo_kernels::batch_norm::batch_norm_act;
 use libreyolo_kernels::in_place::running_stats;
 use serde::Serialize;
 
-use super::ops::{OpCount, OpSpec, gather_rows_fwd_bwd, gather_rows_operands, rand_channels_last, weight_grad_operands};
+use super::ops::{OpCount, OpSpec, conv_input_grad, gather_rows_fwd_bwd, gather_rows_operands, rand, rand_channels_last, weight_grad_operands};
 
 /// One tensor's error at one shape.
 #[derive(Debug, Clone, Serialize)]
 pub struct KernelCheck {
     pub spec: OpSpec,
-    /// Which result: `input_grad` or `weight_grad` of a convolution, one of the BatchNorm's `output`, `mean`, `var`,
-    /// `input_grad`, `weight_grad`, `bias_grad`, `running_mean`, `running_var`, or the gather's
-    /// `rows` and `input_grad`.
+    /// Which result: a convolution's `input_grad` or `weight_grad`, one of the BatchNorm's
+    /// `output`, `mean`, `var`, `input_grad`, `weight_grad`, `bias_grad`, `running_mean`,
+    /// `running_var`, or the gather's `rows` and `input_grad`.
     pub tensor: &'static str,
     pub dtype: String,
     /// Largest absolute difference from the reference.
@@ -47,8 +45,8 @@ pub fn tolerance(dtype: FloatDType) -> f32 {
 }
 
 /// Error allowed for a convolution's input gradient: in f32 cubek's tensor-core candidates
-/// multiply in TF32 (10-bit mantissas; measured at most 3.8e-4 of the magnitude at YOLOv9-t's shapes on an H100),
-/// as PyTorch's convolutions do by default (`allow_tf32`).
+/// multiply in TF32 (10-bit mantissas; measured at most 3.8e-4 of the magnitude at YOLOv9-t's
+/// shapes on an H100), as PyTorch's convolutions do by default (`allow_tf32`).
 fn input_grad_tolerance(dtype: FloatDType) -> f32 {
     if dtype == FloatDType::F32 { 2e-3 } else { tolerance(dtype) }
 }
@@ -107,13 +105,10 @@ fn flat<const D: usize>(t: Tensor<D>) -> Tensor<1> {
 #[allow(clippy::too_many_arguments)]
 fn input_grad(input: [usize; 4], c_out: usize, k: usize, stride: usize, padding: usize, groups: usize, dtype: FloatDType, device: &Device) -> Compared {
     let (x, g) = weight_grad_operands(input, c_out, k, stride, padding, dtype, device);
-    let w = Tensor::<4>::random([c_out, input[1] / groups, k, k], Distribution::Uniform(-1.0, 1.0), device).cast(dtype);
+    let w = rand([c_out, input[1] / groups, k, k], dtype, device);
     let o = ConvOptions::new([stride; 2], [padding; 2], [1, 1], groups);
-    let grad = |x: Tensor<4>, w: Tensor<4>, g: Tensor<4>| {
-        Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(x.into_dispatch(), w.into_dispatch(), g.into_dispatch(), o.clone()))
-    };
-    let got = on_cpu(&grad(x.clone(), w.clone(), g.clone()));
-    let want = grad(on_cpu(&x), on_cpu(&w), on_cpu(&g));
+    let got = on_cpu(&conv_input_grad(x.clone(), w.clone(), g.clone(), o.clone()));
+    let want = conv_input_grad(on_cpu(&x), on_cpu(&w), on_cpu(&g), o);
     vec![("input_grad", flat(got), flat(want), input_grad_tolerance(dtype))]
 }
 

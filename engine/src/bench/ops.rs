@@ -200,6 +200,12 @@ pub struct OpTiming {
 pub const REPS: usize = 10;
 
 /// A random input uniform in [-1, 1], rounded to `dtype`.
+/// A convolution's input gradient (burn's `conv2d_x_backward`: whichever candidate the
+/// backend's selection picks).
+pub(super) fn conv_input_grad(x: Tensor<4>, w: Tensor<4>, g: Tensor<4>, o: ConvOptions<2>) -> Tensor<4> {
+    Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(x.into_dispatch(), w.into_dispatch(), g.into_dispatch(), o))
+}
+
 pub(super) fn rand(dims: [usize; 4], dtype: FloatDType, device: &Device) -> Tensor<4> {
     Tensor::<4>::random(dims, Distribution::Uniform(-1.0, 1.0), device).cast(dtype)
 }
@@ -272,16 +278,7 @@ pub fn run(ops: &[OpCount], dtype: FloatDType, timer: &Timer) -> Vec<OpTiming> {
                 let w = rand([*c_out, input[1] / groups, *k, *k], dtype, device);
                 let g = rand(conv_output(*input, *c_out, *k, *stride, *padding), dtype, device);
                 let o = ConvOptions::new([*stride; 2], [*padding; 2], [1, 1], *groups);
-                timer.time(&name, || {
-                    repeat(REPS, || {
-                        Tensor::<4>::from_dispatch(Dispatch::conv2d_x_backward(
-                            x.clone().into_dispatch(),
-                            w.clone().into_dispatch(),
-                            g.clone().into_dispatch(),
-                            o.clone(),
-                        ))
-                    })
-                })
+                timer.time(&name, || repeat(REPS, || conv_input_grad(x.clone(), w.clone(), g.clone(), o.clone())))
             }
             OpSpec::ConvWeightGrad { input, c_out, k, stride, padding, groups } => {
                 let (x, g) = weight_grad_operands(*input, *c_out, *k, *stride, *padding, dtype, device);

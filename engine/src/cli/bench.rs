@@ -67,8 +67,8 @@ enum BenchWhat {
         #[arg(long, value_delimiter = ',', value_name = "KIND")]
         only: Vec<String>,
         /// Check the device's custom kernels (convolution input and weight gradients, the fused
-        /// BatchNorm, the deformable sampling's gathers) at these shapes against the CPU in f32 instead of timing (fails when one is out of
-        /// tolerance).
+        /// BatchNorm, the deformable sampling's gathers) at these shapes against the CPU in f32
+        /// instead of timing (fails when one is out of tolerance).
         #[arg(long)]
         check: bool,
     },

@@ -24,49 +24,37 @@ impl InPlaceBackend for CubeBackend {
     ) -> (TensorList<Self>, TensorList<Self>) {
         let n = params.tensors.len();
         assert!(buffers.tensors.len() == n && grads.tensors.len() == n, "sgd_many: a buffer and a gradient for each parameter");
-        let mut out: Vec<Option<(CubeTensor, CubeTensor)>> = (0..n).map(|_| None).collect();
-        let mut batched = Vec::new();
-        for (k, ((p, b), g)) in params.tensors.into_iter().zip(buffers.tensors).zip(grads.tensors).enumerate() {
-            if all_f32(&[&p, &b, &g, &lr, &momentum]) {
-                batched.push((k, [writable(p), writable(b), readable(g)]));
-            } else {
-                out[k] = Some(reference::sgd_step::<Self>(p, b, g, lr.clone(), momentum.clone(), weight_decay, nesterov));
-            }
-        }
-        batched.sort_by_key(|(_, [p, _, _])| p.meta.shape().num_elements());
-        let (lr, momentum) = (readable(lr), readable(momentum));
-        for chunk in batched.chunks(kernels::SGD_TRIPLES) {
-            sgd_chunk(chunk, &lr, &momentum, weight_decay, nesterov);
-        }
-        for (k, [p, b, _]) in batched {
-            out[k] = Some((p, b));
-        }
-        let (p, b) = out.into_iter().map(|t| t.expect("every parameter updated")).unzip();
+        let triples = params.tensors.into_iter().zip(buffers.tensors).zip(grads.tensors).map(|((p, b), g)| [p, b, g]);
+        let (lr_dense, momentum_dense) = (readable(lr.clone()), readable(momentum.clone()));
+        let updated = in_launches(
+            triples.collect(),
+            kernels::SGD_TRIPLES,
+            |[p, b, g]| match all_f32(&[&p, &b, &g, &lr, &momentum]) {
+                true => Ok([writable(p), writable(b), readable(g)]),
+                false => Err(reference::sgd_step::<Self>(p, b, g, lr.clone(), momentum.clone(), weight_decay, nesterov)),
+            },
+            |chunk| sgd_chunk(chunk, &lr_dense, &momentum_dense, weight_decay, nesterov),
+            |[p, b, _]| (p, b),
+        );
+        let (p, b) = updated.into_iter().unzip();
         (TensorList::new(p), TensorList::new(b))
     }
 
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: CubeTensor, take: CubeTensor) -> TensorList<Self> {
         assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
-        let mut out: Vec<Option<CubeTensor>> = (0..targets.tensors.len()).map(|_| None).collect();
-        let mut batched = Vec::new();
-        for (k, (t, s)) in targets.tensors.into_iter().zip(sources.tensors).enumerate() {
-            if all_f32(&[&t, &s, &keep, &take]) {
-                batched.push((k, writable(t), readable(s)));
-            } else {
-                out[k] = Some(reference::blend::<Self>(t, s, keep.clone(), take.clone()));
-            }
-        }
-        // Tensors of similar length share a launch, so the grid (as wide as the longest) is
-        // mostly busy.
-        batched.sort_by_key(|(_, t, _)| t.meta.shape().num_elements());
-        let (keep, take) = (readable(keep), readable(take));
-        for chunk in batched.chunks(kernels::BLEND_PAIRS) {
-            blend_chunk(chunk, &keep, &take);
-        }
-        for (k, t, _) in batched {
-            out[k] = Some(t);
-        }
-        TensorList::new(out.into_iter().map(|t| t.expect("every target blended")).collect())
+        let pairs = targets.tensors.into_iter().zip(sources.tensors).map(|(t, s)| [t, s]);
+        let (keep_dense, take_dense) = (readable(keep.clone()), readable(take.clone()));
+        let blended = in_launches(
+            pairs.collect(),
+            kernels::BLEND_PAIRS,
+            |[t, s]| match all_f32(&[&t, &s, &keep, &take]) {
+                true => Ok([writable(t), readable(s)]),
+                false => Err(reference::blend::<Self>(t, s, keep.clone(), take.clone())),
+            },
+            |chunk| blend_chunk(chunk, &keep_dense, &take_dense),
+            |[t, _]| t,
+        );
+        TensorList::new(blended)
     }
 
     fn blend_const(target: CubeTensor, source: CubeTensor, keep: f64, take: f64) -> CubeTensor {
@@ -125,19 +113,12 @@ const _: () = assert!(kernels::BLEND_PAIRS == 16 && kernels::SGD_TRIPLES == 16);
 /// One launch of `kernels::sgd_triples` over `chunk`'s `(index, [param, buffer, grad])` (at most
 /// `kernels::SGD_TRIPLES`); the kernel's unused parameters get the first triple again, unread.
 fn sgd_chunk(chunk: &[(usize, [CubeTensor; 3])], lr: &CubeTensor, momentum: &CubeTensor, weight_decay: f64, nesterov: bool) {
-    assert!(!chunk.is_empty() && chunk.len() <= kernels::SGD_TRIPLES, "sgd_many: 1 to {} parameters a launch", kernels::SGD_TRIPLES);
-    for (_, [p, b, g]) in chunk {
-        let n = p.meta.shape().num_elements();
-        assert!(b.meta.shape().num_elements() == n && g.meta.shape().num_elements() == n, "sgd_many: the buffer and gradient have the parameter's size");
-    }
-    let longest = chunk.iter().map(|(_, [p, _, _])| p.meta.shape().num_elements()).max().unwrap_or(1);
-    let address = chunk.iter().flat_map(|(_, ts)| ts.iter().map(|t| t.required_address_type())).max().unwrap_or_default();
+    let (count, address) = chunk_grid(chunk, kernels::SGD_TRIPLES, "sgd_many");
     let triple = |k: usize| {
         let (_, [p, b, g]) = &chunk[if k < chunk.len() { k } else { 0 }];
         (p.clone().into_tensor_arg(), b.clone().into_tensor_arg(), g.clone().into_tensor_arg())
     };
     let [t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15] = std::array::from_fn::<_, 16, _>(triple);
-    let count = CubeCount::Static(longest.div_ceil(CUBE_UNITS).max(1) as u32, chunk.len() as u32, 1);
     unsafe {
         kernels::sgd_triples::launch_unchecked(
             &chunk[0].1[0].client,
@@ -202,24 +183,18 @@ fn sgd_chunk(chunk: &[(usize, [CubeTensor; 3])], lr: &CubeTensor, momentum: &Cub
     }
 }
 
-/// One launch of `kernels::blend_pairs` over `chunk`'s `(index, target, source)` triples (at
-/// most `kernels::BLEND_PAIRS`); the kernel's unused parameters get the first pair again, unread.
-fn blend_chunk(chunk: &[(usize, CubeTensor, CubeTensor)], keep: &CubeTensor, take: &CubeTensor) {
-    assert!(!chunk.is_empty() && chunk.len() <= kernels::BLEND_PAIRS, "blend_many: 1 to {} pairs a launch", kernels::BLEND_PAIRS);
-    for (_, t, s) in chunk {
-        assert_eq!(t.meta.shape().num_elements(), s.meta.shape().num_elements(), "blend_many: a source has its target's size");
-    }
-    let longest = chunk.iter().map(|(_, t, _)| t.meta.shape().num_elements()).max().unwrap_or(1);
-    let address = chunk.iter().flat_map(|(_, t, s)| [t.required_address_type(), s.required_address_type()]).max().unwrap_or_default();
+/// One launch of `kernels::blend_pairs` over `chunk`'s `(index, [target, source])` (at most
+/// `kernels::BLEND_PAIRS`); the kernel's unused parameters get the first pair again, unread.
+fn blend_chunk(chunk: &[(usize, [CubeTensor; 2])], keep: &CubeTensor, take: &CubeTensor) {
+    let (count, address) = chunk_grid(chunk, kernels::BLEND_PAIRS, "blend_many");
     let pair = |k: usize| {
-        let (_, t, s) = &chunk[if k < chunk.len() { k } else { 0 }];
+        let (_, [t, s]) = &chunk[if k < chunk.len() { k } else { 0 }];
         (t.clone().into_tensor_arg(), s.clone().into_tensor_arg())
     };
     let [p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15] = std::array::from_fn::<_, 16, _>(pair);
-    let count = CubeCount::Static(longest.div_ceil(CUBE_UNITS).max(1) as u32, chunk.len() as u32, 1);
     unsafe {
         kernels::blend_pairs::launch_unchecked(
-            &chunk[0].1.client,
+            &chunk[0].1[0].client,
             count,
             CubeDim::new_1d(CUBE_UNITS as u32),
             address,
@@ -260,6 +235,50 @@ fn blend_chunk(chunk: &[(usize, CubeTensor, CubeTensor)], keep: &CubeTensor, tak
             chunk.len(),
         );
     }
+}
+
+/// The list operations' common course: each item `prepare`d either for a launch (`Ok`: f32,
+/// dense, writable) or already done by the reference (`Err`, any other dtype); the launched ones
+/// sorted by length, so tensors of similar length share a launch and its grid (as wide as the
+/// longest) is mostly busy, `launch`ed `per_launch` at a time and `finish`ed; the results in the
+/// items' order.
+fn in_launches<I, const N: usize, R>(
+    items: Vec<I>,
+    per_launch: usize,
+    mut prepare: impl FnMut(I) -> Result<[CubeTensor; N], R>,
+    mut launch: impl FnMut(&[(usize, [CubeTensor; N])]),
+    mut finish: impl FnMut([CubeTensor; N]) -> R,
+) -> Vec<R> {
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    let mut batched = Vec::new();
+    for (k, item) in items.into_iter().enumerate() {
+        match prepare(item) {
+            Ok(tensors) => batched.push((k, tensors)),
+            Err(done) => out[k] = Some(done),
+        }
+    }
+    batched.sort_by_key(|(_, tensors)| tensors[0].meta.shape().num_elements());
+    for chunk in batched.chunks(per_launch) {
+        launch(chunk);
+    }
+    for (k, tensors) in batched {
+        out[k] = Some(finish(tensors));
+    }
+    out.into_iter().map(|r| r.expect("every item done")).collect()
+}
+
+/// The grid and address type of one list launch: a cube row an item (at most `per_launch`), the
+/// cubes along `x` as many as the longest item needs; every tensor of an item has the first's
+/// length.
+fn chunk_grid<const N: usize>(chunk: &[(usize, [CubeTensor; N])], per_launch: usize, op: &str) -> (CubeCount, AddressType) {
+    assert!(!chunk.is_empty() && chunk.len() <= per_launch, "{op}: 1 to {per_launch} items a launch");
+    for (_, tensors) in chunk {
+        let n = tensors[0].meta.shape().num_elements();
+        assert!(tensors.iter().all(|t| t.meta.shape().num_elements() == n), "{op}: the tensors of an item have one length");
+    }
+    let longest = chunk.iter().map(|(_, tensors)| tensors[0].meta.shape().num_elements()).max().unwrap_or(1);
+    let address = chunk.iter().flat_map(|(_, tensors)| tensors.iter().map(|t| t.required_address_type())).max().unwrap_or_default();
+    (CubeCount::Static(longest.div_ceil(CUBE_UNITS).max(1) as u32, chunk.len() as u32, 1), address)
 }
 
 fn all_f32(tensors: &[&CubeTensor]) -> bool {

@@ -8,9 +8,9 @@
 //! tensor operations, an update lands in a new buffer and is copied back (`tensor::write_into`):
 //! on the H200 the whole step's optimizer, EMA and running statistics cost ~9,700 launches a
 //! step this way (two fused kernels and two copies per parameter), against ~2,960 with one kernel
-//! a tensor and ~440 with SGD and the EMA in lists of 16 (YOLOv9-t: 57 + 93 + 291). Each run of the step outside a
-//! graph (the eager steps before the capture, its warm-up run, the recording window) pays the
-//! host time of every launch.
+//! a tensor and ~440 with SGD and the EMA in lists of 16 (YOLOv9-t: 57 + 93 + 291). Each run of
+//! the step outside a graph (the eager steps before the capture, its warm-up run, the recording
+//! window) pays the host time of every launch.
 //!
 //! The operations are functional: the result is returned, and on the GPU it is the input's
 //! own buffer when the input is uniquely owned (its last use), a fresh one otherwise. The
@@ -117,8 +117,8 @@ impl InPlaceBackend for Flex {}
 impl InPlaceBackend for Capture {}
 
 /// One SGD step of every parameter (any ranks) with its flat momentum buffer and gradient, one
-/// rate and decay for all, as one operation (see [`InPlaceBackend::sgd_many`]); returns the parameters and buffers, in their own
-/// buffers on the GPU when passed as their last use.
+/// rate and decay for all, as one operation (see [`InPlaceBackend::sgd_many`]); returns the
+/// parameters and buffers, in their own buffers on the GPU when passed as their last use.
 pub fn sgd_many(
     params: Vec<FloatTensor<Dispatch>>,
     buffers: Vec<FloatTensor<Dispatch>>,

@@ -51,18 +51,18 @@ impl Optimizer for Sgd {
         }
         for (hyper, members) in groups {
             let lr = rates.at(hyper.lr_scale);
-            let (mut ranks, mut params, mut buffers, mut flat_grads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for (id, grad) in &members {
+            let (mut placed, mut params, mut buffers, mut flat_grads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (id, grad) in members {
                 // Taken out of the store and the map, so the kernel gets each as its last use.
-                let Value::Float(p) = std::mem::replace(&mut store.entry_mut(*id).value, Value::Count(0)) else { unreachable!("counts have no gradient") };
+                let Value::Float(p) = std::mem::replace(&mut store.entry_mut(id).value, Value::Count(0)) else { unreachable!("counts have no gradient") };
                 let (rank, p) = p.into_primitive();
-                ranks.push(rank);
+                placed.push((id, rank));
                 params.push(p);
-                buffers.push(self.buffers.remove(id).unwrap_or_else(|| grad.zeros_like()).into_dispatch());
-                flat_grads.push(grad.clone().into_dispatch());
+                buffers.push(self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like()).into_dispatch());
+                flat_grads.push(grad.into_dispatch());
             }
             let (params, buffers) = sgd_many(params, buffers, flat_grads, &lr, &s.momentum, hyper.weight_decay, self.nesterov);
-            for (((id, _), rank), (p, b)) in members.into_iter().zip(ranks).zip(params.into_iter().zip(buffers)) {
+            for ((id, rank), (p, b)) in placed.into_iter().zip(params.into_iter().zip(buffers)) {
                 store.entry_mut(id).value = Value::Float(AnyTensor::from_primitive(rank, p));
                 self.buffers.insert(id, Tensor::from_dispatch(b));
             }
