@@ -118,7 +118,7 @@ fn doctor_passes_on_the_cpu() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("\"passed\": true"), "{stdout}");
     assert!(stdout.contains("\"graph_replays_distinct\": true"), "{stdout}");
-    assert!(stderr.contains("in-place updates (SGD, EMA of 19 tensors, running statistic) max rel err"), "{stderr}");
+    assert!(stderr.contains("in-place updates (SGD, AdamW, EMA of 19 tensors, running statistic) max rel err"), "{stderr}");
     assert!(stdout.contains("\"in_place_updates_max_rel_err\""), "{stdout}");
 }
 

@@ -197,13 +197,15 @@ const CHANNELS: usize = 333;
 const EXTRA_LENS: [usize; 18] = [1, 2, 3, 7, 16, 64, 100, 255, 256, 257, 300, 511, 512, 513, 1000, 2048, 4099, 9000];
 
 /// The training state a step updates in place: a conv weight and its momentum buffer (SGD,
-/// Nesterov, weight decay), its EMA with other averaged vectors (one `blend_many`), and a
-/// running statistic.
+/// Nesterov, weight decay), its EMA with other averaged vectors (one `blend_many`), a running
+/// statistic, and a second weight with its two moments (AdamW, weight decay).
 struct UpdatedState {
     param: Tensor<4>,
     buffer: Tensor<1>,
     average: Tensor<4>,
     running: Tensor<1>,
+    /// AdamW's parameter, first and second moment.
+    adam: [Tensor<1>; 3],
     extras: Vec<Tensor<1>>,
 }
 
@@ -214,13 +216,22 @@ impl UpdatedState {
             buffer: Tensor::from_data(TensorData::new(host_data(31, PARAM_LEN), [PARAM_LEN]), dev),
             average: Tensor::from_data(TensorData::new(host_data(32, PARAM_LEN), PARAM_DIMS), dev),
             running: Tensor::from_data(TensorData::new(host_data(33, CHANNELS), [CHANNELS]), dev),
+            adam: [36, 37, 38].map(|seed| {
+                // The second moment is a running mean of squares: not negative.
+                let values = host_data(seed, PARAM_LEN).into_iter().map(|v| if seed == 38 { v.abs() } else { v }).collect::<Vec<_>>();
+                Tensor::from_data(TensorData::new(values, [PARAM_LEN]), dev)
+            }),
             extras: EXTRA_LENS.iter().enumerate().map(|(i, &n)| Tensor::from_data(TensorData::new(host_data(40 + i as u64, n), [n]), dev)).collect(),
         }
     }
 
-    fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 4]) {
-        use libreyolo_kernels::in_place::{blend_const, blend_many, sgd_many};
-        let [lr, momentum, decay, one_minus] = scalars;
+    fn step(&mut self, grad: &Tensor<1>, batch: &Tensor<1>, scalars: &[Tensor<1>; 5]) {
+        use libreyolo_kernels::in_place::{AdamWConstants, AdamWScalars, adamw_many, blend_const, blend_many, sgd_many};
+        let [lr, momentum, decay, one_minus, bias2] = scalars;
+        let [p, m, v] = std::mem::replace(&mut self.adam, [0, 1, 2].map(|_| grad.clone())).map(|t| vec![t.into_dispatch()]);
+        let adam_scalars = AdamWScalars { lr, beta1: decay, one_minus_beta1: one_minus, bias1: one_minus, bias2 };
+        let (p, m, v) = adamw_many(p, m, v, vec![grad.clone().into_dispatch()], &adam_scalars, AdamWConstants { beta2: 0.999, eps: 1e-8, weight_decay: 0.05 });
+        self.adam = [p, m, v].map(|t| Tensor::from_dispatch(t.into_iter().next().expect("one")));
         let (param, buffer) = (std::mem::replace(&mut self.param, self.average.clone()), std::mem::replace(&mut self.buffer, grad.clone()));
         let (params, buffers) =
             sgd_many(vec![param.into_dispatch()], vec![buffer.into_dispatch()], vec![grad.clone().into_dispatch()], lr, momentum, 5e-4, true);
@@ -248,6 +259,7 @@ impl UpdatedState {
             read(self.average.clone().into_data()),
             read(self.running.clone().into_data()),
         ];
+        out.extend(self.adam.iter().map(|t| read(t.clone().into_data())));
         out.extend(self.extras.iter().map(|e| read(e.clone().into_data())));
         out
     }
@@ -263,7 +275,7 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
         (
             Tensor::<1>::from_data(TensorData::new(gv.clone(), [PARAM_LEN]), d),
             Tensor::<1>::from_data(TensorData::new(bv.clone(), [CHANNELS]), d),
-            [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1)],
+            [scalar(0.01), scalar(0.937), scalar(0.9), scalar(0.1), scalar(1e-3)],
         )
     };
     let on_cpu = |values: &[TensorData]| {
@@ -273,7 +285,8 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
             buffer: t(&values[1]),
             average: t(&values[2]).reshape(PARAM_DIMS),
             running: t(&values[3]),
-            extras: values[4..].iter().map(t).collect(),
+            adam: [t(&values[4]), t(&values[5]), t(&values[6])],
+            extras: values[7..].iter().map(t).collect(),
         }
     };
     let errors = |from: &[TensorData], got: &[TensorData]| -> Vec<f32> {
@@ -302,7 +315,7 @@ fn check_in_place_updates(dev: &Device, started: &Instant) -> f32 {
     let graph_errors = errors(&before, &after);
     let max = |errors: &[f32]| errors.iter().copied().fold(0f32, f32::max);
     eprintln!(
-        "[{:>6.1}s] in-place updates (SGD, EMA of {} tensors, running statistic) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
+        "[{:>6.1}s] in-place updates (SGD, AdamW, EMA of {} tensors, running statistic) max rel err {:.2e} (3 queued steps), {:.2e} (3 graph replays)",
         started.elapsed().as_secs_f64(),
         1 + EXTRA_LENS.len(),
         max(&eager_errors),

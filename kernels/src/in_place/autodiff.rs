@@ -25,6 +25,22 @@ impl<B: Backend + InPlaceBackend, C: CheckpointStrategy> InPlaceBackend for Auto
         (outer(p), outer(b))
     }
 
+    fn adamw_many(
+        params: TensorList<Self>,
+        exp_avgs: TensorList<Self>,
+        exp_avg_sqs: TensorList<Self>,
+        grads: TensorList<Self>,
+        scalars: TensorList<Self>,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> (TensorList<Self>, TensorList<Self>, TensorList<Self>) {
+        let inner = |l: TensorList<Self>| TensorList::new(l.tensors.into_iter().map(Self::inner).collect());
+        let outer = |l: TensorList<B>| TensorList::new(l.tensors.into_iter().map(Self::from_inner).collect());
+        let (p, m, v) = B::adamw_many(inner(params), inner(exp_avgs), inner(exp_avg_sqs), inner(grads), inner(scalars), beta2, eps, weight_decay);
+        (outer(p), outer(m), outer(v))
+    }
+
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: FloatTensor<Self>, take: FloatTensor<Self>) -> TensorList<Self> {
         let inner = |l: TensorList<Self>| TensorList::new(l.tensors.into_iter().map(Self::inner).collect());
         let out = B::blend_many(inner(targets), inner(sources), Self::inner(keep), Self::inner(take));

@@ -40,6 +40,46 @@ impl InPlaceBackend for CubeBackend {
         (TensorList::new(p), TensorList::new(b))
     }
 
+    fn adamw_many(
+        params: TensorList<Self>,
+        exp_avgs: TensorList<Self>,
+        exp_avg_sqs: TensorList<Self>,
+        grads: TensorList<Self>,
+        scalars: TensorList<Self>,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> (TensorList<Self>, TensorList<Self>, TensorList<Self>) {
+        let n = params.tensors.len();
+        assert!(
+            exp_avgs.tensors.len() == n && exp_avg_sqs.tensors.len() == n && grads.tensors.len() == n,
+            "adamw_many: two moments and a gradient for each parameter"
+        );
+        let s = reference::adamw_scalars::<Self>(scalars);
+        let c = super::AdamWConstants { beta2, eps, weight_decay };
+        let f32_scalars = all_f32(&s.iter().collect::<Vec<_>>());
+        // The five scalars side by side in one dense `[5]` tensor: one kernel parameter.
+        let packed = readable(reference::packed::<Self>(&s));
+        let quads = params.tensors.into_iter().zip(exp_avgs.tensors).zip(exp_avg_sqs.tensors).zip(grads.tensors).map(|(((p, m), v), g)| [p, m, v, g]);
+        let updated = in_launches(
+            quads.collect(),
+            kernels::ADAMW_QUADS,
+            |[p, m, v, g]| match f32_scalars && all_f32(&[&p, &m, &v, &g]) {
+                true => Ok([writable(p), writable(m), writable(v), readable(g)]),
+                false => Err(reference::adamw_step::<Self>([p, m, v, g], s.clone(), c)),
+            },
+            |chunk| adamw_chunk(chunk, &packed, c),
+            |[p, m, v, _]| (p, m, v),
+        );
+        let (mut p, mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for (a, b, c) in updated {
+            p.push(a);
+            m.push(b);
+            v.push(c);
+        }
+        (TensorList::new(p), TensorList::new(m), TensorList::new(v))
+    }
+
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: CubeTensor, take: CubeTensor) -> TensorList<Self> {
         assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
         let pairs = targets.tensors.into_iter().zip(sources.tensors).map(|(t, s)| [t, s]);
@@ -107,8 +147,41 @@ impl InPlaceBackend for CubeBackend {
     }
 }
 
-// `blend_chunk` and `sgd_chunk` name the kernels' parameters one by one.
-const _: () = assert!(kernels::BLEND_PAIRS == 16 && kernels::SGD_TRIPLES == 16);
+// `blend_chunk`, `sgd_chunk` and `adamw_chunk` name the kernels' parameters one by one.
+const _: () = assert!(kernels::BLEND_PAIRS == 16 && kernels::SGD_TRIPLES == 16 && kernels::ADAMW_QUADS == 16);
+
+/// One launch of `kernels::adamw_quads` over `chunk`'s `(index, [param, exp_avg, exp_avg_sq,
+/// grad])` (at most `kernels::ADAMW_QUADS`), `scalars` the dense `[5]` of `adamw_many`; the
+/// kernel's unused parameters get the first quadruple again, unread.
+fn adamw_chunk(chunk: &[(usize, [CubeTensor; 4])], scalars: &CubeTensor, c: super::AdamWConstants) {
+    let (count, address) = chunk_grid(chunk, kernels::ADAMW_QUADS, "adamw_many");
+    let quad = |k: usize| {
+        let (_, [p, m, v, g]) = &chunk[if k < chunk.len() { k } else { 0 }];
+        (p.clone().into_tensor_arg(), m.clone().into_tensor_arg(), v.clone().into_tensor_arg(), g.clone().into_tensor_arg())
+    };
+    let [q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15] = std::array::from_fn::<_, 16, _>(quad);
+    // The launch's 64 tensor arguments, four a quadruple in the kernel's order.
+    macro_rules! launch {
+        ($($q:ident)*) => {
+            unsafe {
+                kernels::adamw_quads::launch_unchecked(
+                    &chunk[0].1[0].client,
+                    count,
+                    CubeDim::new_1d(CUBE_UNITS as u32),
+                    address,
+                    $($q.0, $q.1, $q.2, $q.3,)*
+                    scalars.clone().into_tensor_arg(),
+                    c.beta2 as f32,
+                    (1.0 - c.beta2) as f32,
+                    c.eps as f32,
+                    c.weight_decay as f32,
+                    chunk.len(),
+                )
+            }
+        };
+    }
+    launch!(q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q10 q11 q12 q13 q14 q15);
+}
 
 /// One launch of `kernels::sgd_triples` over `chunk`'s `(index, [param, buffer, grad])` (at most
 /// `kernels::SGD_TRIPLES`); the kernel's unused parameters get the first triple again, unread.

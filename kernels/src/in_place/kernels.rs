@@ -87,6 +87,74 @@ sgd_triples_kernel!(
     (p15, b15, g15, 15)
 );
 
+/// One AdamW step of one element, in the reference's order of operations: the parameter and
+/// both moments after it. `s` holds `[lr, beta1, 1 - beta1, bias1, bias2]`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn adamw_update(p: f32, m: f32, v: f32, g: f32, s: &Tensor<f32>, beta2: f32, one_minus_beta2: f32, eps: f32, weight_decay: f32) -> (f32, f32, f32) {
+    let m = m * s[1] + g * s[2];
+    let v = v * beta2 + (g * g) * one_minus_beta2;
+    let step = m / s[3] / (f32::sqrt(v / s[4]) + eps) * s[0];
+    let keep = s[0] * -weight_decay + 1.0;
+    (p * keep - step, m, v)
+}
+
+/// Declares `$name`: one AdamW step in place for the first `used` of its (parameter, first
+/// moment, second moment, gradient) quadruples, one launch laid out as `blend_pairs`'s (cube row
+/// `y` = quadruple `y`).
+macro_rules! adamw_quads_kernel {
+    ($name:ident, $quads:literal, $(($p:ident, $m:ident, $v:ident, $g:ident, $k:literal)),*) => {
+        #[cube(launch_unchecked, address_type = "dynamic")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            $($p: &mut Tensor<f32>, $m: &mut Tensor<f32>, $v: &mut Tensor<f32>, $g: &Tensor<f32>,)*
+            scalars: &Tensor<f32>,
+            beta2: f32,
+            one_minus_beta2: f32,
+            eps: f32,
+            weight_decay: f32,
+            #[comptime] used: usize,
+        ) {
+            let i = CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize;
+            let which = CUBE_POS_Y as usize;
+            $(
+                if comptime!($k < used) {
+                    if which == $k && i < $p.len() {
+                        let (p, m, v) = adamw_update($p[i], $m[i], $v[i], $g[i], scalars, beta2, one_minus_beta2, eps, weight_decay);
+                        $m[i] = m;
+                        $v[i] = v;
+                        $p[i] = p;
+                    }
+                }
+            )*
+        }
+
+        /// Quadruples one launch of the kernel takes.
+        pub const ADAMW_QUADS: usize = $quads;
+    };
+}
+
+adamw_quads_kernel!(
+    adamw_quads,
+    16,
+    (p0, m0, v0, g0, 0),
+    (p1, m1, v1, g1, 1),
+    (p2, m2, v2, g2, 2),
+    (p3, m3, v3, g3, 3),
+    (p4, m4, v4, g4, 4),
+    (p5, m5, v5, g5, 5),
+    (p6, m6, v6, g6, 6),
+    (p7, m7, v7, g7, 7),
+    (p8, m8, v8, g8, 8),
+    (p9, m9, v9, g9, 9),
+    (p10, m10, v10, g10, 10),
+    (p11, m11, v11, g11, 11),
+    (p12, m12, v12, g12, 12),
+    (p13, m13, v13, g13, 13),
+    (p14, m14, v14, g14, 14),
+    (p15, m15, v15, g15, 15)
+);
+
 /// Declares `$name`: `t_k = t_k * keep + s_k * take` in place for the first `used` of its
 /// (target, source) pairs, one launch: cube row `y` updates pair `y`, the cubes along `x` its
 /// elements (the grid as wide as the longest target; a shorter one's surplus units do nothing).

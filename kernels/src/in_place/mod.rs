@@ -1,5 +1,5 @@
-//! The training state's updates, each written into its tensor's own buffer: the SGD step
-//! (parameter and momentum buffer together, over a list of parameters: 16 a kernel), a weighted
+//! The training state's updates, each written into its tensor's own buffer: the SGD and AdamW
+//! steps (parameter and optimizer state together, over a list of parameters: 16 a kernel), a weighted
 //! sum `target * keep + source * take` (the EMA, over a whole list of tensors: 16 a kernel) and
 //! BatchNorm's running mean and variance (both from the layer's statistics tensor, one kernel a
 //! layer).
@@ -51,6 +51,29 @@ pub trait InPlaceBackend: Backend {
         reference::sgd_many::<Self>(params, buffers, grads, lr, momentum, weight_decay, nesterov)
     }
 
+    /// `(params, exp_avgs, exp_avg_sqs)` after one AdamW step (torch's `AdamW`) of each
+    /// parameter with the moments and gradient at its index: `m = beta1 * m + (1 - beta1) * g;
+    /// v = beta2 * v + (1 - beta2) * g^2; param = param * (1 - lr * weight_decay) - m / bias1 /
+    /// (sqrt(v / bias2) + eps) * lr`. `scalars` are the `[1]` device scalars `[lr, beta1, 1 -
+    /// beta1, bias1, bias2]` (`bias1 = 1 - beta1^t`, `bias2 = 1 - beta2^t`: the schedule moves
+    /// beta1 and the step count moves both, without a new kernel). Moments and gradients are
+    /// flat, a parameter any shape of as many elements. One operation: on the GPU 16 parameters a
+    /// kernel.
+    #[fusion(meta = adamw_many_meta)]
+    #[allow(clippy::too_many_arguments)]
+    fn adamw_many(
+        #[extension_type] params: TensorList<Self>,
+        #[extension_type] exp_avgs: TensorList<Self>,
+        #[extension_type] exp_avg_sqs: TensorList<Self>,
+        #[extension_type] grads: TensorList<Self>,
+        #[extension_type] scalars: TensorList<Self>,
+        beta2: f64,
+        eps: f64,
+        weight_decay: f64,
+    ) -> (TensorList<Self>, TensorList<Self>, TensorList<Self>) {
+        reference::adamw_many::<Self>(params, exp_avgs, exp_avg_sqs, grads, scalars, AdamWConstants { beta2, eps, weight_decay })
+    }
+
     /// `targets[k] * keep + sources[k] * take` for every k, `keep` and `take` `[1]` device scalars
     /// (the EMA, whose decay changes every step without a new kernel), as one operation: on the
     /// GPU 16 pairs a kernel (YOLOv9-t's 1,479 EMA tensors in 93 launches).
@@ -100,6 +123,20 @@ fn sgd_many_meta(
     (params.clone(), buffers.clone())
 }
 
+#[allow(clippy::ptr_arg, clippy::too_many_arguments)] // the metadata of a `TensorList` is a `Vec`
+fn adamw_many_meta(
+    params: &Vec<TensorSpec>,
+    exp_avgs: &Vec<TensorSpec>,
+    exp_avg_sqs: &Vec<TensorSpec>,
+    _grads: &Vec<TensorSpec>,
+    _scalars: &Vec<TensorSpec>,
+    _beta2: &f64,
+    _eps: &f64,
+    _weight_decay: &f64,
+) -> (Vec<TensorSpec>, Vec<TensorSpec>, Vec<TensorSpec>) {
+    (params.clone(), exp_avgs.clone(), exp_avg_sqs.clone())
+}
+
 #[allow(clippy::ptr_arg)] // the metadata of a `TensorList` is a `Vec`
 fn blend_many_meta(targets: &Vec<TensorSpec>, _sources: &Vec<TensorSpec>, _keep: &TensorSpec, _take: &TensorSpec) -> Vec<TensorSpec> {
     targets.clone()
@@ -138,6 +175,51 @@ pub fn sgd_many(
         nesterov,
     );
     (p.tensors, b.tensors)
+}
+
+/// Tensors of any ranks, as the list operations take and return them.
+pub type Tensors = Vec<FloatTensor<Dispatch>>;
+
+/// AdamW's constants: `beta2`, `eps` and the weight decay of one group of parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct AdamWConstants {
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+/// AdamW's `[1]` device scalars of one step (see [`InPlaceBackend::adamw_many`]).
+pub struct AdamWScalars<'a> {
+    pub lr: &'a Tensor<1>,
+    pub beta1: &'a Tensor<1>,
+    pub one_minus_beta1: &'a Tensor<1>,
+    pub bias1: &'a Tensor<1>,
+    pub bias2: &'a Tensor<1>,
+}
+
+/// One AdamW step of every parameter (any ranks) with its flat moments and gradient, one rate
+/// and decay for all, as one operation (see [`InPlaceBackend::adamw_many`]); returns the
+/// parameters and both moments, in their own buffers on the GPU when passed as their last use.
+pub fn adamw_many(
+    params: Tensors,
+    exp_avgs: Tensors,
+    exp_avg_sqs: Tensors,
+    grads: Tensors,
+    s: &AdamWScalars,
+    c: AdamWConstants,
+) -> (Tensors, Tensors, Tensors) {
+    let scalars = [s.lr, s.beta1, s.one_minus_beta1, s.bias1, s.bias2].map(|t| t.clone().into_dispatch());
+    let (p, m, v) = <Dispatch as InPlaceBackend>::adamw_many(
+        TensorList::new(params),
+        TensorList::new(exp_avgs),
+        TensorList::new(exp_avg_sqs),
+        TensorList::new(grads),
+        TensorList::new(scalars.into()),
+        c.beta2,
+        c.eps,
+        c.weight_decay,
+    );
+    (p.tensors, m.tensors, v.tensors)
 }
 
 /// `targets[k] * keep + sources[k] * take` for every k (any ranks, each pair of one shape), as

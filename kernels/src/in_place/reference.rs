@@ -51,6 +51,61 @@ pub fn sgd_many<B: Backend>(
     (TensorList::new(p), TensorList::new(b))
 }
 
+/// AdamW in the order the optimizer composed it before the list operation: the moments, then
+/// `step = m / bias1 / (sqrt(v / bias2) + eps) * lr`, then `param * (1 - lr * weight_decay) -
+/// step`.
+pub fn adamw_step<B: Backend>(
+    [param, exp_avg, exp_avg_sq, grad]: [FloatTensor<B>; 4],
+    [lr, beta1, one_minus_beta1, bias1, bias2]: [FloatTensor<B>; 5],
+    c: super::AdamWConstants,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let shape = param.shape();
+    let p = shaped::<B>(param, exp_avg.shape());
+    let m = B::float_add(B::float_mul(exp_avg, beta1), B::float_mul(grad.clone(), one_minus_beta1));
+    let squared = B::float_mul(grad.clone(), grad);
+    let v = B::float_add(B::float_mul_scalar(exp_avg_sq, Scalar::Float(c.beta2)), B::float_mul_scalar(squared, Scalar::Float(1.0 - c.beta2)));
+    let denominator = B::float_add_scalar(B::float_sqrt(B::float_div(v.clone(), bias2)), Scalar::Float(c.eps));
+    let step = B::float_mul(B::float_div(B::float_div(m.clone(), bias1), denominator), lr.clone());
+    let keep = B::float_add_scalar(B::float_mul_scalar(lr, Scalar::Float(-c.weight_decay)), Scalar::Float(1.0));
+    let p = B::float_sub(B::float_mul(p, keep), step);
+    (shaped::<B>(p, shape), m, v)
+}
+
+/// The five `[1]` scalars of [`super::InPlaceBackend::adamw_many`], in their order.
+pub fn adamw_scalars<B: Backend>(scalars: TensorList<B>) -> [FloatTensor<B>; 5] {
+    scalars.tensors.try_into().unwrap_or_else(|t: Vec<_>| panic!("adamw_many: 5 scalars (lr, beta1, 1 - beta1, bias1, bias2), got {}", t.len()))
+}
+
+/// Scalars side by side in one tensor (a kernel reads them through one parameter).
+pub fn packed<B: Backend>(scalars: &[FloatTensor<B>]) -> FloatTensor<B> {
+    B::float_cat(scalars.to_vec(), 0)
+}
+
+pub fn adamw_many<B: Backend>(
+    params: TensorList<B>,
+    exp_avgs: TensorList<B>,
+    exp_avg_sqs: TensorList<B>,
+    grads: TensorList<B>,
+    scalars: TensorList<B>,
+    c: super::AdamWConstants,
+) -> (TensorList<B>, TensorList<B>, TensorList<B>) {
+    let n = params.tensors.len();
+    assert!(
+        exp_avgs.tensors.len() == n && exp_avg_sqs.tensors.len() == n && grads.tensors.len() == n,
+        "adamw_many: two moments and a gradient for each parameter"
+    );
+    let s = adamw_scalars(scalars);
+    let quads = params.tensors.into_iter().zip(exp_avgs.tensors).zip(exp_avg_sqs.tensors).zip(grads.tensors);
+    let (mut p, mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    for (((param, exp_avg), exp_avg_sq), grad) in quads {
+        let (a, b, c) = adamw_step::<B>([param, exp_avg, exp_avg_sq, grad], s.clone(), c);
+        p.push(a);
+        m.push(b);
+        v.push(c);
+    }
+    (TensorList::new(p), TensorList::new(m), TensorList::new(v))
+}
+
 pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> FloatTensor<B> {
     let rank = target.shape().num_dims();
     B::float_add(B::float_mul(target, scalar_of_rank::<B>(keep, rank)), B::float_mul(source, scalar_of_rank::<B>(take, rank)))

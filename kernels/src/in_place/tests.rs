@@ -1,9 +1,9 @@
 //! The updates on the CPU against the formulas written out element by element (torch's
-//! `SGD` with dampening 0, and the weighted sum).
+//! `SGD` with dampening 0 and `AdamW`, and the weighted sum).
 
 use burn::tensor::{Device, Tensor, TensorData};
 
-use super::{blend_const, blend_many, running_stats, sgd_many};
+use super::{AdamWConstants, AdamWScalars, adamw_many, blend_const, blend_many, running_stats, sgd_many};
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().unwrap()
@@ -67,6 +67,55 @@ fn sgd_many_updates_each_parameter_in_order() {
             (0..n).map(|i| torch_sgd(data(k, n)[i] as f64, data(k + 50, n)[i] as f64, data(k + 100, n)[i] as f64, lr, momentum, wd, true)).collect();
         close(&p, &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
         close(&values(Tensor::<1>::from_dispatch(b)), &want.iter().map(|w| w.1 as f32).collect::<Vec<_>>());
+    }
+}
+
+/// torch.optim.AdamW's update of one element at step `t` (decoupled decay first), in f64:
+/// (param, exp_avg, exp_avg_sq).
+#[allow(clippy::too_many_arguments)]
+fn torch_adamw(p: f64, m: f64, v: f64, g: f64, lr: f64, beta1: f64, t: i32, wd: f64) -> (f64, f64, f64) {
+    let (beta2, eps) = (0.999, 1e-8);
+    let p = p * (1.0 - lr * wd);
+    let m = beta1 * m + (1.0 - beta1) * g;
+    let v = beta2 * v + (1.0 - beta2) * g * g;
+    let (m_hat, v_hat) = (m / (1.0 - beta1.powi(t)), v / (1.0 - f64::powi(beta2, t)));
+    (p - lr * m_hat / (v_hat.sqrt() + eps), m, v)
+}
+
+/// The list form is torch's AdamW of each parameter with its own moments and gradient, whatever
+/// its rank, for more parameters than one GPU launch takes, with and without decay; results in
+/// order. The bias corrections are those of step 3.
+#[test]
+#[allow(clippy::type_complexity)]
+fn adamw_many_is_torchs_update_of_each_parameter_in_order() {
+    let device = Device::flex();
+    let scalar = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v as f32], [1]), &device);
+    let (lr, beta1, t): (f64, f64, i32) = (0.002, 0.9, 3);
+    let lens: Vec<usize> = (1..=18).map(|k| k * 7 % 31 + 1).collect();
+    let data = |seed: usize, n: usize| (0..n).map(|i| ((seed * 13 + i * 7) % 19) as f32 / 4.0 - 2.0).collect::<Vec<f32>>();
+    let flat = |seed: usize, n: usize| Tensor::<1>::from_data(TensorData::new(data(seed, n), [n]), &device);
+    let squares = |seed: usize, n: usize| flat(seed, n).abs();
+    let (bias1, bias2) = (scalar(1.0 - beta1.powi(t)), scalar(1.0 - 0.999f64.powi(t)));
+    let (lr_t, beta1_t, one_minus) = (scalar(lr), scalar(beta1), scalar(1.0 - beta1));
+    let s = AdamWScalars { lr: &lr_t, beta1: &beta1_t, one_minus_beta1: &one_minus, bias1: &bias1, bias2: &bias2 };
+    for wd in [0.0, 0.05] {
+        let params = lens.iter().enumerate().map(|(k, &n)| if k % 2 == 0 { flat(k, n).into_dispatch() } else { flat(k, n).reshape([n, 1]).into_dispatch() });
+        let exp_avgs = lens.iter().enumerate().map(|(k, &n)| flat(k + 50, n).into_dispatch());
+        let exp_avg_sqs = lens.iter().enumerate().map(|(k, &n)| squares(k + 70, n).into_dispatch());
+        let grads = lens.iter().enumerate().map(|(k, &n)| flat(k + 100, n).into_dispatch());
+        let c = AdamWConstants { beta2: 0.999, eps: 1e-8, weight_decay: wd };
+        let (params, exp_avgs, exp_avg_sqs) = adamw_many(params.collect(), exp_avgs.collect(), exp_avg_sqs.collect(), grads.collect(), &s, c);
+        assert_eq!((params.len(), exp_avgs.len(), exp_avg_sqs.len()), (lens.len(), lens.len(), lens.len()));
+        for (k, (((p, m), v), &n)) in params.into_iter().zip(exp_avgs).zip(exp_avg_sqs).zip(&lens).enumerate() {
+            let p = if k % 2 == 0 { values(Tensor::<1>::from_dispatch(p)) } else { values(Tensor::<2>::from_dispatch(p)) };
+            let v0: Vec<f32> = data(k + 70, n).iter().map(|x| x.abs()).collect();
+            let want: Vec<(f64, f64, f64)> = (0..n)
+                .map(|i| torch_adamw(data(k, n)[i] as f64, data(k + 50, n)[i] as f64, v0[i] as f64, data(k + 100, n)[i] as f64, lr, beta1, t, wd))
+                .collect();
+            close(&p, &want.iter().map(|w| w.0 as f32).collect::<Vec<_>>());
+            close(&values(Tensor::<1>::from_dispatch(m)), &want.iter().map(|w| w.1 as f32).collect::<Vec<_>>());
+            close(&values(Tensor::<1>::from_dispatch(v)), &want.iter().map(|w| w.2 as f32).collect::<Vec<_>>());
+        }
     }
 }
 

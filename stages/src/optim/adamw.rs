@@ -4,13 +4,14 @@
 //! is a device scalar advanced by the step itself: a captured step that fp16's loss scale skips
 //! puts it back with the moments, as `GradScaler` skipping `optimizer.step()` leaves torch's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use burn::tensor::Tensor;
 use libreyolo_families::tensor::update_in_place;
 use libreyolo_families::{ParamId, ParamStore};
+use libreyolo_kernels::in_place::{AdamWConstants, AdamWScalars, adamw_many};
 
-use super::{Groups, Optimizer, Rates, Resolved, Scalars, device_scalar, trainable, update_param, write_scalar, zeros_for};
+use super::{Groups, Optimizer, Rates, Resolved, Scalars, by_hyper, device_scalar, put_param, take_param, trainable, write_scalar, zeros_for};
 
 pub struct AdamW {
     pub groups: Resolved,
@@ -20,12 +21,14 @@ pub struct AdamW {
     steps: Option<Tensor<1>>,
     /// Where the count starts (a resumed run's step count; resume comes before `init_state`).
     resumed_at: u64,
-    moments: HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
+    /// By parameter, in the parameters' order: capture snapshots, restores and compares the
+    /// state by position, and a hash map's order differs from one process to the next.
+    moments: BTreeMap<ParamId, (Tensor<1>, Tensor<1>)>,
 }
 
 impl AdamW {
     pub fn new(groups: Groups) -> Self {
-        Self { groups: Resolved::new(groups), beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: HashMap::new() }
+        Self { groups: Resolved::new(groups), beta2: 0.999, eps: 1e-8, steps: None, resumed_at: 0, moments: BTreeMap::new() }
     }
 
     /// Advances the step count; this step's bias corrections `(1 - b1^t, 1 - b2^t)`, with this
@@ -54,20 +57,32 @@ impl Optimizer for AdamW {
         self.steps.get_or_insert_with(|| new_count(store, self.resumed_at));
     }
 
+    /// The parameters of one rate and decay update together, both moments included, as one
+    /// operation (`in_place::adamw_many`: on the GPU 16 parameters a kernel, each tensor written
+    /// into its own buffer).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
-        let (b2, eps) = (self.beta2, self.eps);
-        let stable = store.stable_buffers();
         let (bias1, bias2) = self.next_bias_corrections(store, &s.momentum);
         let mut rates = Rates::new(s);
-        for (id, g) in grads {
-            let hyper = self.groups.of(store, id);
+        for (hyper, members) in by_hyper(&mut self.groups, store, grads) {
             let lr = rates.at(hyper.lr_scale);
-            let (m, v) = self.moments.entry(id).or_insert_with(|| (g.zeros_like(), g.zeros_like()));
-            update_in_place(m, stable, |m| m.mul(s.momentum.clone()).add(g.clone().mul(s.one_minus_momentum.clone())));
-            update_in_place(v, stable, |v| v.mul_scalar(b2).add(g.clone().square().mul_scalar(1.0 - b2)));
-            let step = m.clone().div(bias1.clone()).div(v.clone().div(bias2.clone()).sqrt().add_scalar(eps)).mul(lr.clone());
-            let keep = lr.mul_scalar(-hyper.weight_decay).add_scalar(1.0);
-            update_param(store, id, |p| p.mul(keep).sub(step));
+            let scalars = AdamWScalars { lr: &lr, beta1: &s.momentum, one_minus_beta1: &s.one_minus_momentum, bias1: &bias1, bias2: &bias2 };
+            let constants = AdamWConstants { beta2: self.beta2, eps: self.eps, weight_decay: hyper.weight_decay };
+            let (mut placed, mut params, mut exp_avgs, mut exp_avg_sqs, mut flat_grads) = (vec![], vec![], vec![], vec![], vec![]);
+            for (id, grad) in members {
+                // Taken out of the store and the map, so the kernel gets each as its last use.
+                let (rank, p) = take_param(store, id);
+                let (m, v) = self.moments.remove(&id).unwrap_or_else(|| (grad.zeros_like(), grad.zeros_like()));
+                placed.push((id, rank));
+                params.push(p);
+                exp_avgs.push(m.into_dispatch());
+                exp_avg_sqs.push(v.into_dispatch());
+                flat_grads.push(grad.into_dispatch());
+            }
+            let (params, exp_avgs, exp_avg_sqs) = adamw_many(params, exp_avgs, exp_avg_sqs, flat_grads, &scalars, constants);
+            for (((id, rank), p), (m, v)) in placed.into_iter().zip(params).zip(exp_avgs.into_iter().zip(exp_avg_sqs)) {
+                put_param(store, id, rank, p);
+                self.moments.insert(id, (Tensor::from_dispatch(m), Tensor::from_dispatch(v)));
+            }
         }
     }
 

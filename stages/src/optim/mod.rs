@@ -7,8 +7,10 @@ pub mod adamw;
 pub mod groups;
 pub mod sgd;
 
+use burn::backend::Dispatch;
+use burn::backend::tensor::FloatTensor;
 use burn::tensor::{Device, Tensor, TensorData};
-use libreyolo_families::tensor::update_in_place;
+use libreyolo_families::tensor::AnyTensor;
 use libreyolo_families::{ParamId, ParamStore, Value};
 
 pub use adamw::AdamW;
@@ -42,19 +44,32 @@ impl<'a> Rates<'a> {
     }
 }
 
-/// Writes `update(p)` into the parameter `id` in place (same shape; see
-/// [`update_in_place`] for when the buffer is guaranteed to stay).
-pub(crate) fn update_param(store: &mut ParamStore, id: ParamId, update: impl FnOnce(Tensor<1>) -> Tensor<1>) {
-    let stable = store.stable_buffers();
-    if let Value::Float(t) = &mut store.entry_mut(id).value {
-        match t {
-            libreyolo_families::tensor::AnyTensor::R1(t) => update_in_place(t, stable, update),
-            t => {
-                let new = t.unflat(update(t.flat()));
-                if stable { t.write(new) } else { *t = new }
-            }
+/// The gradients grouped by their parameters' (rate scale, decay), groups in the order they
+/// first appear: one list operation a group.
+pub(crate) fn by_hyper(groups: &mut Resolved, store: &ParamStore, grads: Vec<(ParamId, Tensor<1>)>) -> Vec<(Hyper, Vec<(ParamId, Tensor<1>)>)> {
+    let mut out: Vec<(Hyper, Vec<(ParamId, Tensor<1>)>)> = Vec::new();
+    for (id, grad) in grads {
+        let hyper = groups.of(store, id);
+        match out.iter_mut().find(|(h, _)| *h == hyper) {
+            Some((_, members)) => members.push((id, grad)),
+            None => out.push((hyper, vec![(id, grad)])),
         }
     }
+    out
+}
+
+/// Takes parameter `id` out of the store (its rank and primitive), leaving a placeholder: the
+/// list operation then gets it as its last use and may write its buffer in place.
+pub(crate) fn take_param(store: &mut ParamStore, id: ParamId) -> (usize, FloatTensor<Dispatch>) {
+    match std::mem::replace(&mut store.entry_mut(id).value, Value::Count(0)) {
+        Value::Float(p) => p.into_primitive(),
+        Value::Count(_) => unreachable!("counts have no gradient"),
+    }
+}
+
+/// Puts parameter `id` back after [`take_param`].
+pub(crate) fn put_param(store: &mut ParamStore, id: ParamId, rank: usize, p: FloatTensor<Dispatch>) {
+    store.entry_mut(id).value = Value::Float(AnyTensor::from_primitive(rank, p));
 }
 
 /// A parameter as a flat vector (a view, no copy).

@@ -5,12 +5,10 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::Tensor;
-use libreyolo_families::tensor::AnyTensor;
-use libreyolo_families::{ParamId, ParamStore, Value};
+use libreyolo_families::{ParamId, ParamStore};
 use libreyolo_kernels::in_place::sgd_many;
 
-use super::groups::Hyper;
-use super::{Groups, Optimizer, Rates, Resolved, Scalars, trainable, zeros_for};
+use super::{Groups, Optimizer, Rates, Resolved, Scalars, by_hyper, put_param, take_param, trainable, zeros_for};
 
 pub struct Sgd {
     pub groups: Resolved,
@@ -40,22 +38,12 @@ impl Optimizer for Sgd {
     /// kernel, each written into its own buffers).
     fn step(&mut self, store: &mut ParamStore, grads: Vec<(ParamId, Tensor<1>)>, s: &Scalars) {
         let mut rates = Rates::new(s);
-        // Grouped by (rate scale, decay) in the order the groups first appear.
-        let mut groups: Vec<(Hyper, Vec<(ParamId, Tensor<1>)>)> = Vec::new();
-        for (id, grad) in grads {
-            let hyper = self.groups.of(store, id);
-            match groups.iter_mut().find(|(h, _)| *h == hyper) {
-                Some((_, members)) => members.push((id, grad)),
-                None => groups.push((hyper, vec![(id, grad)])),
-            }
-        }
-        for (hyper, members) in groups {
+        for (hyper, members) in by_hyper(&mut self.groups, store, grads) {
             let lr = rates.at(hyper.lr_scale);
             let (mut placed, mut params, mut buffers, mut flat_grads) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (id, grad) in members {
                 // Taken out of the store and the map, so the kernel gets each as its last use.
-                let Value::Float(p) = std::mem::replace(&mut store.entry_mut(id).value, Value::Count(0)) else { unreachable!("counts have no gradient") };
-                let (rank, p) = p.into_primitive();
+                let (rank, p) = take_param(store, id);
                 placed.push((id, rank));
                 params.push(p);
                 buffers.push(self.buffers.remove(&id).unwrap_or_else(|| grad.zeros_like()).into_dispatch());
@@ -63,7 +51,7 @@ impl Optimizer for Sgd {
             }
             let (params, buffers) = sgd_many(params, buffers, flat_grads, &lr, &s.momentum, hyper.weight_decay, self.nesterov);
             for ((id, rank), (p, b)) in placed.into_iter().zip(params.into_iter().zip(buffers)) {
-                store.entry_mut(id).value = Value::Float(AnyTensor::from_primitive(rank, p));
+                put_param(store, id, rank, p);
                 self.buffers.insert(id, Tensor::from_dispatch(b));
             }
         }
