@@ -12,6 +12,26 @@ use super::kernels::{self, CUBE_UNITS};
 use super::{InPlaceBackend, reference};
 use crate::tensor_list::TensorList;
 
+/// One launch of the list kernel `kernels::$kernel`: its per-item tensor arguments (`pairs`, `triples` or `quads`
+/// of the named tuples, in order, as the kernel declares them) and then `rest`. The kernels take
+/// a parameter a tensor (see `kernels::blend_pairs`), so each call names 32 to 64 of them.
+macro_rules! launch_items {
+    (@call $kernel:ident, $chunk:ident, $count:ident, $address:ident, [$($arg:expr),*], $($rest:expr),*) => {
+        // SAFETY: `chunk_grid` checked every item's tensors to be of one length, and the kernel
+        // reads and writes item `y`'s tensors only below that length.
+        unsafe { kernels::$kernel::launch_unchecked(&$chunk[0].1[0].client, $count, CubeDim::new_1d(CUBE_UNITS as u32), $address, $($arg,)* $($rest),*) }
+    };
+    ($kernel:ident, $chunk:ident, $count:ident, $address:ident, pairs [$($i:ident)*], $($rest:expr),*) => {
+        launch_items!(@call $kernel, $chunk, $count, $address, [$($i.0, $i.1),*], $($rest),*)
+    };
+    ($kernel:ident, $chunk:ident, $count:ident, $address:ident, triples [$($i:ident)*], $($rest:expr),*) => {
+        launch_items!(@call $kernel, $chunk, $count, $address, [$($i.0, $i.1, $i.2),*], $($rest),*)
+    };
+    ($kernel:ident, $chunk:ident, $count:ident, $address:ident, quads [$($i:ident)*], $($rest:expr),*) => {
+        launch_items!(@call $kernel, $chunk, $count, $address, [$($i.0, $i.1, $i.2, $i.3),*], $($rest),*)
+    };
+}
+
 impl InPlaceBackend for CubeBackend {
     fn sgd_many(
         params: TensorList<Self>,
@@ -160,27 +180,9 @@ fn adamw_chunk(chunk: &[(usize, [CubeTensor; 4])], scalars: &CubeTensor, c: supe
         (p.clone().into_tensor_arg(), m.clone().into_tensor_arg(), v.clone().into_tensor_arg(), g.clone().into_tensor_arg())
     };
     let [q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q10, q11, q12, q13, q14, q15] = std::array::from_fn::<_, 16, _>(quad);
-    // The launch's 64 tensor arguments, four a quadruple in the kernel's order.
-    macro_rules! launch {
-        ($($q:ident)*) => {
-            unsafe {
-                kernels::adamw_quads::launch_unchecked(
-                    &chunk[0].1[0].client,
-                    count,
-                    CubeDim::new_1d(CUBE_UNITS as u32),
-                    address,
-                    $($q.0, $q.1, $q.2, $q.3,)*
-                    scalars.clone().into_tensor_arg(),
-                    c.beta2 as f32,
-                    (1.0 - c.beta2) as f32,
-                    c.eps as f32,
-                    c.weight_decay as f32,
-                    chunk.len(),
-                )
-            }
-        };
-    }
-    launch!(q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q10 q11 q12 q13 q14 q15);
+    let scalars = scalars.clone().into_tensor_arg();
+    let (beta2, one_minus_beta2) = (c.beta2 as f32, (1.0 - c.beta2) as f32);
+    launch_items!(adamw_quads, chunk, count, address, quads [q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q10 q11 q12 q13 q14 q15], scalars, beta2, one_minus_beta2, c.eps as f32, c.weight_decay as f32, chunk.len());
 }
 
 /// One launch of `kernels::sgd_triples` over `chunk`'s `(index, [param, buffer, grad])` (at most
@@ -192,68 +194,9 @@ fn sgd_chunk(chunk: &[(usize, [CubeTensor; 3])], lr: &CubeTensor, momentum: &Cub
         (p.clone().into_tensor_arg(), b.clone().into_tensor_arg(), g.clone().into_tensor_arg())
     };
     let [t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15] = std::array::from_fn::<_, 16, _>(triple);
-    unsafe {
-        kernels::sgd_triples::launch_unchecked(
-            &chunk[0].1[0].client,
-            count,
-            CubeDim::new_1d(CUBE_UNITS as u32),
-            address,
-            t0.0,
-            t0.1,
-            t0.2,
-            t1.0,
-            t1.1,
-            t1.2,
-            t2.0,
-            t2.1,
-            t2.2,
-            t3.0,
-            t3.1,
-            t3.2,
-            t4.0,
-            t4.1,
-            t4.2,
-            t5.0,
-            t5.1,
-            t5.2,
-            t6.0,
-            t6.1,
-            t6.2,
-            t7.0,
-            t7.1,
-            t7.2,
-            t8.0,
-            t8.1,
-            t8.2,
-            t9.0,
-            t9.1,
-            t9.2,
-            t10.0,
-            t10.1,
-            t10.2,
-            t11.0,
-            t11.1,
-            t11.2,
-            t12.0,
-            t12.1,
-            t12.2,
-            t13.0,
-            t13.1,
-            t13.2,
-            t14.0,
-            t14.1,
-            t14.2,
-            t15.0,
-            t15.1,
-            t15.2,
-            lr.clone().into_tensor_arg(),
-            momentum.clone().into_tensor_arg(),
-            weight_decay as f32,
-            chunk.len(),
-            weight_decay > 0.0,
-            nesterov,
-        );
-    }
+    let (lr, momentum) = (lr.clone().into_tensor_arg(), momentum.clone().into_tensor_arg());
+    let decay = weight_decay > 0.0;
+    launch_items!(sgd_triples, chunk, count, address, triples [t0 t1 t2 t3 t4 t5 t6 t7 t8 t9 t10 t11 t12 t13 t14 t15], lr, momentum, weight_decay as f32, chunk.len(), decay, nesterov);
 }
 
 /// One launch of `kernels::blend_pairs` over `chunk`'s `(index, [target, source])` (at most
@@ -265,49 +208,8 @@ fn blend_chunk(chunk: &[(usize, [CubeTensor; 2])], keep: &CubeTensor, take: &Cub
         (t.clone().into_tensor_arg(), s.clone().into_tensor_arg())
     };
     let [p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15] = std::array::from_fn::<_, 16, _>(pair);
-    unsafe {
-        kernels::blend_pairs::launch_unchecked(
-            &chunk[0].1[0].client,
-            count,
-            CubeDim::new_1d(CUBE_UNITS as u32),
-            address,
-            p0.0,
-            p0.1,
-            p1.0,
-            p1.1,
-            p2.0,
-            p2.1,
-            p3.0,
-            p3.1,
-            p4.0,
-            p4.1,
-            p5.0,
-            p5.1,
-            p6.0,
-            p6.1,
-            p7.0,
-            p7.1,
-            p8.0,
-            p8.1,
-            p9.0,
-            p9.1,
-            p10.0,
-            p10.1,
-            p11.0,
-            p11.1,
-            p12.0,
-            p12.1,
-            p13.0,
-            p13.1,
-            p14.0,
-            p14.1,
-            p15.0,
-            p15.1,
-            keep.clone().into_tensor_arg(),
-            take.clone().into_tensor_arg(),
-            chunk.len(),
-        );
-    }
+    let (keep, take) = (keep.clone().into_tensor_arg(), take.clone().into_tensor_arg());
+    launch_items!(blend_pairs, chunk, count, address, pairs [p0 p1 p2 p3 p4 p5 p6 p7 p8 p9 p10 p11 p12 p13 p14 p15], keep, take, chunk.len());
 }
 
 /// The list operations' common course: each item `prepare`d either for a launch (`Ok`: f32,
