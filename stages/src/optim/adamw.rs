@@ -21,8 +21,9 @@ pub struct AdamW {
     steps: Option<Tensor<1>>,
     /// Where the count starts (a resumed run's step count; resume comes before `init_state`).
     resumed_at: u64,
-    /// By parameter, in the parameters' order: capture snapshots, restores and compares the
-    /// state by position, and a hash map's order differs from one process to the next.
+    /// Ordered by parameter, as SGD's buffers: `tensors_mut` must list them in the same order
+    /// every step (a capture compares and restores the state by position), and a step takes a
+    /// whole group out before it puts it back, which would reshuffle a hash map's order.
     moments: BTreeMap<ParamId, (Tensor<1>, Tensor<1>)>,
 }
 
