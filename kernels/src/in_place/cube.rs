@@ -12,9 +12,10 @@ use super::kernels::{self, CUBE_UNITS};
 use super::{InPlaceBackend, reference};
 use crate::tensor_list::TensorList;
 
-/// One launch of the list kernel `kernels::$kernel`: its per-item tensor arguments (`pairs`, `triples` or `quads`
-/// of the named tuples, in order, as the kernel declares them) and then `rest`. The kernels take
-/// a parameter a tensor (see `kernels::blend_pairs`), so each call names 32 to 64 of them.
+/// One launch of the list kernel `kernels::$kernel`: its per-item tensor arguments (`pairs`,
+/// `triples` or `quads` of the named tuples, in order, as the kernel declares them) and then
+/// `rest`. The kernels take a parameter a tensor (see `kernels::blend_pairs`), so each call names
+/// 32 to 64 of them.
 macro_rules! launch_items {
     (@call $kernel:ident, $chunk:ident, $count:ident, $address:ident, [$($arg:expr),*], $($rest:expr),*) => {
         // SAFETY: `chunk_grid` checked every item's tensors to be of one length, and the kernel
@@ -42,9 +43,7 @@ impl InPlaceBackend for CubeBackend {
         weight_decay: f64,
         nesterov: bool,
     ) -> (TensorList<Self>, TensorList<Self>) {
-        let n = params.tensors.len();
-        assert!(buffers.tensors.len() == n && grads.tensors.len() == n, "sgd_many: a buffer and a gradient for each parameter");
-        let triples = params.tensors.into_iter().zip(buffers.tensors).zip(grads.tensors).map(|((p, b), g)| [p, b, g]);
+        let triples = reference::items([params, buffers, grads], "sgd_many", reference::SGD_ITEMS);
         let (lr_dense, momentum_dense) = (readable(lr.clone()), readable(momentum.clone()));
         let updated = in_launches(
             triples.collect(),
@@ -70,17 +69,12 @@ impl InPlaceBackend for CubeBackend {
         eps: f64,
         weight_decay: f64,
     ) -> (TensorList<Self>, TensorList<Self>, TensorList<Self>) {
-        let n = params.tensors.len();
-        assert!(
-            exp_avgs.tensors.len() == n && exp_avg_sqs.tensors.len() == n && grads.tensors.len() == n,
-            "adamw_many: two moments and a gradient for each parameter"
-        );
         let s = reference::adamw_scalars::<Self>(scalars);
         let c = super::AdamWConstants { beta2, eps, weight_decay };
         let f32_scalars = all_f32(&s.iter().collect::<Vec<_>>());
         // The five scalars side by side in one dense `[5]` tensor: one kernel parameter.
         let packed = readable(reference::packed::<Self>(&s));
-        let quads = params.tensors.into_iter().zip(exp_avgs.tensors).zip(exp_avg_sqs.tensors).zip(grads.tensors).map(|(((p, m), v), g)| [p, m, v, g]);
+        let quads = reference::items([params, exp_avgs, exp_avg_sqs, grads], "adamw_many", reference::ADAMW_ITEMS);
         let updated = in_launches(
             quads.collect(),
             kernels::ADAMW_QUADS,
@@ -91,18 +85,11 @@ impl InPlaceBackend for CubeBackend {
             |chunk| adamw_chunk(chunk, &packed, c),
             |[p, m, v, _]| (p, m, v),
         );
-        let (mut p, mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-        for (a, b, c) in updated {
-            p.push(a);
-            m.push(b);
-            v.push(c);
-        }
-        (TensorList::new(p), TensorList::new(m), TensorList::new(v))
+        reference::three_lists::<Self>(updated.into_iter())
     }
 
     fn blend_many(targets: TensorList<Self>, sources: TensorList<Self>, keep: CubeTensor, take: CubeTensor) -> TensorList<Self> {
-        assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
-        let pairs = targets.tensors.into_iter().zip(sources.tensors).map(|(t, s)| [t, s]);
+        let pairs = reference::items([targets, sources], "blend_many", reference::BLEND_ITEMS);
         let (keep_dense, take_dense) = (readable(keep.clone()), readable(take.clone()));
         let blended = in_launches(
             pairs.collect(),

@@ -1,8 +1,8 @@
 //! The training state's updates, each written into its tensor's own buffer: the SGD and AdamW
-//! steps (parameter and optimizer state together, over a list of parameters: 16 a kernel), a weighted
-//! sum `target * keep + source * take` (the EMA, over a whole list of tensors: 16 a kernel) and
-//! BatchNorm's running mean and variance (both from the layer's statistics tensor, one kernel a
-//! layer).
+//! steps (parameter and optimizer state together, over a list of parameters: 16 a kernel), a
+//! weighted sum `target * keep + source * take` (the EMA, over a whole list of tensors: 16 a
+//! kernel) and BatchNorm's running mean and variance (both from the layer's statistics tensor,
+//! one kernel a layer).
 //!
 //! Why: a captured step must find every state tensor in the buffer it recorded. Composed of
 //! tensor operations, an update lands in a new buffer and is copied back (`tensor::write_into`):

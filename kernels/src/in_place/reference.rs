@@ -35,6 +35,15 @@ pub fn sgd_step<B: Backend>(
     (shaped::<B>(p, shape), new_buffer)
 }
 
+/// The items of a list operation: the k-th tensor of each list side by side, once every list is
+/// checked to hold one tensor an item (`op: what` is the message otherwise).
+pub fn items<B: Backend, const N: usize>(lists: [TensorList<B>; N], op: &str, what: &str) -> impl Iterator<Item = [FloatTensor<B>; N]> {
+    let n = lists[0].tensors.len();
+    assert!(lists.iter().all(|l| l.tensors.len() == n), "{op}: {what}");
+    let mut lists = lists.map(|l| l.tensors.into_iter());
+    (0..n).map(move |_| std::array::from_fn(|k| lists[k].next().expect("every list holds n tensors")))
+}
+
 pub fn sgd_many<B: Backend>(
     params: TensorList<B>,
     buffers: TensorList<B>,
@@ -44,10 +53,8 @@ pub fn sgd_many<B: Backend>(
     weight_decay: f64,
     nesterov: bool,
 ) -> (TensorList<B>, TensorList<B>) {
-    let n = params.tensors.len();
-    assert!(buffers.tensors.len() == n && grads.tensors.len() == n, "sgd_many: a buffer and a gradient for each parameter");
-    let triples = params.tensors.into_iter().zip(buffers.tensors).zip(grads.tensors);
-    let (p, b) = triples.map(|((p, b), g)| sgd_step::<B>(p, b, g, lr.clone(), momentum.clone(), weight_decay, nesterov)).unzip();
+    let triples = items([params, buffers, grads], "sgd_many", SGD_ITEMS);
+    let (p, b) = triples.map(|[p, b, g]| sgd_step::<B>(p, b, g, lr.clone(), momentum.clone(), weight_decay, nesterov)).unzip();
     (TensorList::new(p), TensorList::new(b))
 }
 
@@ -89,21 +96,22 @@ pub fn adamw_many<B: Backend>(
     scalars: TensorList<B>,
     c: super::AdamWConstants,
 ) -> (TensorList<B>, TensorList<B>, TensorList<B>) {
-    let n = params.tensors.len();
-    assert!(
-        exp_avgs.tensors.len() == n && exp_avg_sqs.tensors.len() == n && grads.tensors.len() == n,
-        "adamw_many: two moments and a gradient for each parameter"
-    );
     let s = adamw_scalars(scalars);
-    let quads = params.tensors.into_iter().zip(exp_avgs.tensors).zip(exp_avg_sqs.tensors).zip(grads.tensors);
-    let (mut p, mut m, mut v) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    for (((param, exp_avg), exp_avg_sq), grad) in quads {
-        let (a, b, c) = adamw_step::<B>([param, exp_avg, exp_avg_sq, grad], s.clone(), c);
-        p.push(a);
-        m.push(b);
-        v.push(c);
-    }
-    (TensorList::new(p), TensorList::new(m), TensorList::new(v))
+    let quads = items([params, exp_avgs, exp_avg_sqs, grads], "adamw_many", ADAMW_ITEMS);
+    three_lists(quads.map(|quad| adamw_step::<B>(quad, s.clone(), c)))
+}
+
+/// What each item of the list operations comes with (their length check's message).
+pub const SGD_ITEMS: &str = "a buffer and a gradient for each parameter";
+pub const ADAMW_ITEMS: &str = "two moments and a gradient for each parameter";
+pub const BLEND_ITEMS: &str = "as many sources as targets";
+
+/// Three lists from an operation's results, item by item.
+pub fn three_lists<B: Backend>(
+    results: impl Iterator<Item = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>)>,
+) -> (TensorList<B>, TensorList<B>, TensorList<B>) {
+    let (a, (b, c)): (Vec<_>, (Vec<_>, Vec<_>)) = results.map(|(a, b, c)| (a, (b, c))).unzip();
+    (TensorList::new(a), TensorList::new(b), TensorList::new(c))
 }
 
 pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> FloatTensor<B> {
@@ -112,9 +120,8 @@ pub fn blend<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: F
 }
 
 pub fn blend_many<B: Backend>(targets: TensorList<B>, sources: TensorList<B>, keep: FloatTensor<B>, take: FloatTensor<B>) -> TensorList<B> {
-    assert_eq!(targets.tensors.len(), sources.tensors.len(), "blend_many: as many sources as targets");
-    let pairs = targets.tensors.into_iter().zip(sources.tensors);
-    TensorList::new(pairs.map(|(t, s)| blend::<B>(t, s, keep.clone(), take.clone())).collect())
+    let pairs = items([targets, sources], "blend_many", BLEND_ITEMS);
+    TensorList::new(pairs.map(|[t, s]| blend::<B>(t, s, keep.clone(), take.clone())).collect())
 }
 
 pub fn blend_const<B: Backend>(target: FloatTensor<B>, source: FloatTensor<B>, keep: f64, take: f64) -> FloatTensor<B> {
