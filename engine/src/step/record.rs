@@ -164,6 +164,32 @@ fn moved(stages: &[Rc<dyn Stage>], saved: &[Saved]) -> Vec<Option<Tensor<1>>> {
         .collect()
 }
 
+/// How far each writer's state `now` lies from `was` (both as saved), summed on the host in f64
+/// (no device reduction involved), with its three furthest-moved tensors by name: the debug
+/// log's cross-check of [`moved`], so a device sum that miscounts is told from a state that moved.
+fn apart_on_host(stages: &[Rc<dyn Stage>], now: &[Saved], was: &[Saved]) -> String {
+    let host = |t: &AnyTensor| t.flat().into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
+    let mut pairs = now.iter().zip(was);
+    let mut parts = vec![];
+    for s in stages {
+        let names = s.state_names();
+        let mut count = 0;
+        s.state(&mut |_| count += 1);
+        let mut tensors: Vec<(String, f64)> = (0..count)
+            .map(|k| {
+                let (a, b) = pairs.next().expect("compared in the order saved");
+                let d: f64 = host(a).iter().zip(host(b)).map(|(x, y)| (x - y) * (x - y)).sum();
+                (names.get(k).cloned().unwrap_or_else(|| format!("#{k}")), d)
+            })
+            .collect();
+        let total: f64 = tensors.iter().map(|(_, d)| d).sum();
+        tensors.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let top: Vec<String> = tensors.iter().take(3).map(|(n, d)| format!("{n} {d:.4e}")).collect();
+        parts.push(format!("{total:.6e} ({})", top.join(", ")));
+    }
+    parts.join("; ")
+}
+
 /// The first value of `t` on the host (NaN if it cannot be read).
 fn read_scalar(t: Tensor<1>) -> f64 {
     t.into_data().convert::<f64>().try_to_vec::<f64>().ok().and_then(|v| v.first().copied()).unwrap_or(f64::NAN)
@@ -599,6 +625,14 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
         let checked = self.replay_on(&mut g).map_err(CaptureError::Failed).and_then(|out| {
             let replayed = self.measure(&out, &writers, &saved);
             tracing::debug!("cuda_graph: the check by part, eager -> replayed: {}", self.by_part(&reference, &replayed));
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let replayed_state = snapshot(&writers);
+                tracing::debug!(
+                    "cuda_graph: the writers' state moved, summed on the host, eager: {}; replayed: {}",
+                    apart_on_host(&writers, &after_eager, &saved),
+                    apart_on_host(&writers, &replayed_state, &saved)
+                );
+            }
             let by_part = |e: String| {
                 let apart = self.furthest_apart(&writers, &after_eager, &saved);
                 format!("{e}; by part, eager -> replayed: {}; furthest apart: {apart}", self.by_part(&reference, &replayed))
