@@ -179,7 +179,7 @@ fn apart_on_host(stages: &[Rc<dyn Stage>], now: &[Saved], was: &[Saved]) -> Stri
             .map(|k| {
                 let (a, b) = pairs.next().expect("compared in the order saved");
                 let d: f64 = host(a).iter().zip(host(b)).map(|(x, y)| (x - y) * (x - y)).sum();
-                (names.get(k).cloned().unwrap_or_else(|| format!("#{k}")), d)
+                (state_name(&names, k), d)
             })
             .collect();
         let total: f64 = tensors.iter().map(|(_, d)| d).sum();
@@ -188,6 +188,11 @@ fn apart_on_host(stages: &[Rc<dyn Stage>], now: &[Saved], was: &[Saved]) -> Stri
         parts.push(format!("{total:.6e} ({})", top.join(", ")));
     }
     parts.join("; ")
+}
+
+/// The name of a writer's `k`-th state tensor (`Stage::state_names`), else `#k`, its place.
+fn state_name(names: &[String], k: usize) -> String {
+    names.get(k).cloned().unwrap_or_else(|| format!("#{k}"))
 }
 
 /// The first value of `t` on the host (NaN if it cannot be read).
@@ -319,7 +324,7 @@ impl RegionOps<'_> {
         }
         let rel: Vec<f64> = Tensor::cat(rel, 0).into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default();
         let tensor_names: Vec<Vec<String>> = writers.iter().map(|s| s.state_names()).collect();
-        let name = |(w, k): (usize, usize)| tensor_names[w].get(k).cloned().unwrap_or_else(|| format!("#{k}"));
+        let name = |(w, k): (usize, usize)| state_name(&tensor_names[w], k);
         let mut order: Vec<usize> = (0..rel.len()).collect();
         order.sort_by(|&a, &b| rel[b].total_cmp(&rel[a]));
         order.iter().take(6).map(|&i| format!("{} {} {:.1e}", names[place[i].0], name(place[i]), rel[i])).collect::<Vec<_>>().join(", ")
@@ -665,6 +670,12 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
     }
 }
 
+/// The most two eager runs of the capture batch may differ on the loss, relative.
+const EAGER_LOSS_SPREAD_MAX: f64 = 1e-2;
+/// The most two eager runs of the capture batch may differ on the signature, relative (atomic
+/// reductions moved it by up to ~1% on the GPU).
+const EAGER_SIGNATURE_SPREAD_MAX: f64 = 5e-2;
+
 /// Whether a replay agrees with eager: `eager` and `again` are two eager runs of the same step
 /// from the same state, `replayed` the graph's, each as (loss, signature). The tolerances (1e-3
 /// on the loss, 1e-2 on the signature) widen to four times the spread of the two eager runs, so
@@ -673,12 +684,9 @@ impl GraphOps<RegionGraphs, Result<Board, String>> for RegionOps<'_> {
 /// finite disagreement is [`CaptureError::Unsure`]: the spread that could explain it is
 /// unmeasured. Gradients that overflow in both eager runs (fp16 with a loss scale too large for
 /// this batch, which the scaler answers by skipping the step) agree with a replay whose
-/// gradients overflow too. A region without the loss compares the signature alone.
-/// The most two eager runs of the capture batch may differ, relative: the loss, and the
-/// signature (atomic reductions moved it by up to ~1% on the GPU).
-const EAGER_LOSS_SPREAD_MAX: f64 = 1e-2;
-const EAGER_SIGNATURE_SPREAD_MAX: f64 = 5e-2;
-
+/// gradients overflow too. A region without the loss compares the signature alone. Two eager
+/// runs further apart than [`EAGER_LOSS_SPREAD_MAX`] or [`EAGER_SIGNATURE_SPREAD_MAX`] are no
+/// reference: the check fails.
 pub fn agree(eager: (f64, f64), again: Option<(f64, f64)>, replayed: (f64, f64), what: &str) -> Result<(), CaptureError> {
     // With one eager run its spread is unknown: the tolerances stay at their floors.
     let second = |v: f64| match again {
