@@ -415,6 +415,22 @@ fn compile_takes_libreyolo_spellings() {
 }
 
 #[test]
+fn the_weight_gradient_kernel_is_a_named_choice() {
+    use libreyolo_run::manifest::WeightGradientKernel;
+    let kernel = |o: &[&str]| load(&shipped_manifest(), o).unwrap().0.manifest.run.weight_gradient;
+    assert_eq!(kernel(&[]), WeightGradientKernel::Vectors);
+    assert_eq!(kernel(&["run.weight_gradient=gather"]), WeightGradientKernel::Gather);
+    assert_eq!(kernel(&["run.weight_gradient=cuda-cores"]), WeightGradientKernel::CudaCores);
+    assert_eq!(WeightGradientKernel::Gather.env_value(), Some("gather"));
+    assert_eq!(WeightGradientKernel::Vectors.env_value(), None);
+    let out = error(&shipped_manifest(), &["run.weight_gradient=vector"]);
+    assert!(out.contains("run.weight_gradient") && out.contains("vectors"), "{out}");
+    // MobileNetV4-s ships with the gather kernel (vendor/README.md, the vector kernel's known fault).
+    let mnv4 = manifest::load(&manifests().join("mobilenetv4s.toml"), &[]).unwrap_or_else(|d| panic!("{}", d.render(false)));
+    assert_eq!(mnv4.manifest.run.weight_gradient, WeightGradientKernel::Gather);
+}
+
+#[test]
 fn a_bad_parameter_pattern_is_named_with_its_key() {
     let text = replace(&shipped_manifest(), "[optim]\n", "[optim]\ngroups = [{ names = [\"backbone(\"], lr_scale = 0.1 }]\n");
     let out = error(&text, &[]);

@@ -223,7 +223,7 @@ fn eval_network(
 fn train(args: &TrainArgs) -> Result<(), Failure> {
     let path = args.manifest.as_deref().expect("clap requires MANIFEST");
     let loaded = crate::train::run_dir::resumed(manifest::load(path, &args.overrides)?, &args.overrides)?;
-    crate::device::use_deterministic_reductions(loaded.manifest.run.deterministic);
+    crate::device::apply_kernel_settings(&loaded.manifest.run);
     let dag = StepDag::build(&loaded)?;
     let device = run_device(&loaded)?;
     // The classes: `model.nc`, else the dataset's (its YAML or class folders, no image read).

@@ -133,7 +133,7 @@ fn profile_run(manifest: &Path, overrides: &[String], repeat: usize) -> Result<(
         settings.extend(overrides.iter().cloned());
         settings.extend(["profile.enabled=true".to_string(), "profile.then_stop=true".to_string()]);
         let loaded = crate::manifest::load(manifest, &settings)?;
-        crate::device::use_deterministic_reductions(loaded.manifest.run.deterministic);
+        crate::device::apply_kernel_settings(&loaded.manifest.run);
         let dag = crate::dag::StepDag::build(&loaded)?;
         let device = crate::device::resolve(&loaded.manifest.run.device).map_err(anyhow::Error::msg)?;
         let summary = crate::train::train(&loaded, &dag, &device)?;

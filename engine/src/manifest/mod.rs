@@ -20,7 +20,7 @@ pub use overrides::Override;
 pub use resolved::is_resolved;
 pub use schema::*;
 pub use source::{ManifestSource, Part};
-pub use values::{AmpDtype, CacheMode, CaptureMode, CompileMode, DeviceRequest, ImgSize, LabelRowsSetting, Optimizer, Scheduler};
+pub use values::{AmpDtype, CacheMode, CaptureMode, CompileMode, DeviceRequest, ImgSize, LabelRowsSetting, Optimizer, Scheduler, WeightGradientKernel};
 
 /// A manifest that parsed, passed every check, and remembers where each setting came from.
 pub struct LoadedManifest {

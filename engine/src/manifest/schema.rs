@@ -66,6 +66,9 @@ pub struct RunSettings {
     /// fixed order instead of with float atomics, so two runs of the same settings on the same
     /// GPU give the same weights. ~3% slower (H200, YOLOv9-t b8 whole step).
     pub deterministic: bool,
+    /// The weight gradient's kernel on tensor cores (`WeightGradientKernel`): `"vectors"`
+    /// (default), `"gather"` or `"cuda-cores"`.
+    pub weight_gradient: super::values::WeightGradientKernel,
 }
 
 impl Default for RunSettings {
@@ -84,6 +87,7 @@ impl Default for RunSettings {
             save_period: 10,
             sync_bn: true,
             deterministic: false,
+            weight_gradient: super::values::WeightGradientKernel::Vectors,
         }
     }
 }

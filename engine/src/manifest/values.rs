@@ -235,6 +235,30 @@ pub enum Scheduler {
     Constant,
 }
 
+/// `run.weight_gradient`: which of our split-K kernels computes a 16-bit convolution's weight
+/// gradient on a GPU with tensor cores (vendor/README.md, burn-cubecl's `BURN_WGRAD_MMA`, which
+/// wins when set): `"vectors"` (16-byte gathers, the default and fastest), `"gather"` (the same
+/// products and bits, one 2-byte load a value) or `"cuda-cores"` (f32 products, no tensor cores).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WeightGradientKernel {
+    #[default]
+    Vectors,
+    Gather,
+    CudaCores,
+}
+
+impl WeightGradientKernel {
+    /// The value of burn-cubecl's variable that selects it (`None`: its default).
+    pub fn env_value(self) -> Option<&'static str> {
+        match self {
+            WeightGradientKernel::Vectors => None,
+            WeightGradientKernel::Gather => Some("gather"),
+            WeightGradientKernel::CudaCores => Some("0"),
+        }
+    }
+}
+
 /// `capture.compile` (`compile=`), LibreYOLO's `train(compile=...)`: `false` (the default),
 /// `true` (= `"default"`), or one of torch.compile's modes. What each means in this engine (kernel
 /// selection, fusion search, capture) is `crate::compile`'s; the spellings and the error are

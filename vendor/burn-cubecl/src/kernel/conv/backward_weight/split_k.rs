@@ -295,14 +295,17 @@ pub fn wgrad_split_k<const N: usize>(
     let client = input.client.clone();
     let partials = empty_device_dtype(client.clone(), input.device.clone(), Shape::new([splits, c_out, j_total]), DType::F32);
     let pad = options.padding_begin();
-    let mut shape = SequenceArg::new();
-    for v in [in_h, in_w, c_in, out_h, out_w, c_out, k_w, rows, rows_per_split] {
-        shape.push(v as u32);
-    }
-    let mut conv = SequenceArg::new();
-    for v in [options.stride[0], options.stride[1], pad[0], pad[1], options.dilation[0], options.dilation[1]] {
-        conv.push(v as u32);
-    }
+    let sequence = |values: &[usize]| {
+        let mut s = SequenceArg::new();
+        for &v in values {
+            s.push(v as u32);
+        }
+        s
+    };
+    let shape_values = [in_h, in_w, c_in, out_h, out_w, c_out, k_w, rows, rows_per_split];
+    let conv_values = [options.stride[0], options.stride[1], pad[0], pad[1], options.dilation[0], options.dilation[1]];
+    let shape = sequence(&shape_values);
+    let conv = sequence(&conv_values);
     // 64-bit offsets where a tensor holds more than 2^32 elements (u32 below, as before).
     let address = address_type!(input, out_grad, partials);
     let kernel = wgrad_kernel(&client, dtype);
@@ -315,6 +318,8 @@ pub fn wgrad_split_k<const N: usize>(
         // the kernel divides whole element offsets by the width: every outer stride a multiple
         && [&input, &out_grad].iter().all(|t| t.meta.strides()[..3].iter().all(|s| s % split_k_mma_vec::VEC == 0));
     if vectors {
+        // Kept for the diagnosis (the gather kernel below on the same operands).
+        let operands = verify_vectors().then(|| (input.clone(), out_grad.clone()));
         wgrad_split_k_mma_vec_kernel::launch(
             &client,
             CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
@@ -329,6 +334,26 @@ pub fn wgrad_split_k<const N: usize>(
             rm,
             dtype_to_storage_type(dtype),
         );
+        if let Some((input, out_grad)) = operands {
+            let gathered = empty_device_dtype(client.clone(), input.device.clone(), Shape::new([splits, c_out, j_total]), DType::F32);
+            let layout = format!("x {:?}/{:?}@{:?} dy {:?}/{:?}@{:?}", input.meta.shape(), input.meta.strides(), input.handle.offset_start, out_grad.meta.shape(), out_grad.meta.strides(), out_grad.handle.offset_start);
+            wgrad_split_k_mma_kernel::launch(
+                &client,
+                CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
+                CubeDim::new_1d(MMA_UNITS as u32),
+                address,
+                input.into_tensor_arg(),
+                out_grad.into_tensor_arg(),
+                gathered.clone().into_tensor_arg(),
+                sequence(&shape_values),
+                sequence(&conv_values),
+                rm,
+                false,
+                false,
+                dtype_to_storage_type(dtype),
+            );
+            compare_partials(&layout, partials.clone(), gathered);
+        }
         return sum_splits(partials, dtype, weight_shape);
     }
     if kernel != WgradKernel::CudaCores {
@@ -366,6 +391,40 @@ pub fn wgrad_split_k<const N: usize>(
     );
 
     sum_splits(partials, dtype, weight_shape)
+}
+
+/// `BURN_WGRAD_VERIFY=1`: every launch of the vector kernel is followed by the gather kernel on
+/// the same operands, both read back and compared bit for bit (the two must agree: same
+/// fragment steps in the same order), with one line on stderr per launch that differs, naming
+/// the operands' shapes, strides and buffer offsets. A diagnosis of MobileNetV4-s's replay fault
+/// (vendor/README.md): it reads the device at every weight gradient, so a capture window it runs
+/// in fails (the warm-up runs before it are checked).
+fn verify_vectors() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("BURN_WGRAD_VERIFY").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// The diagnosis' comparison of [`verify_vectors`]: the count of differing partials and the largest
+/// difference, printed when any differs (and a count of the launches that agreed, every 256th).
+fn compare_partials(layout: &str, vectors: CubeTensor, gathered: CubeTensor) {
+    static AGREED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // A read inside a graph's capture window fails (nothing may sync there): said, not panicked.
+    let read = |t: CubeTensor| burn_std::future::block_on(crate::ops::into_data(t)).ok().and_then(|d| d.try_to_vec::<f32>().ok());
+    let (Some(a), Some(b)) = (read(vectors), read(gathered)) else {
+        eprintln!("[wgrad verify] not read back (inside a capture window?): {layout}");
+        return;
+    };
+    let differ = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    if differ == 0 {
+        let n = AGREED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n % 256 == 1 {
+            eprintln!("[wgrad verify] {n} launches agreed so far ({layout})");
+        }
+        return;
+    }
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    eprintln!("[wgrad verify] DIFFER {differ} of {} partials, max |diff| {worst:e} (max |gather| {scale:e}): {layout}", a.len());
 }
 
 /// The slices' partial tiles `[splits, c_out, J]` summed in a fixed order, in `dtype`.
