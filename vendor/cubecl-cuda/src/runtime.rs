@@ -63,7 +63,14 @@ pub struct CudaRuntime;
 
 impl DeviceService for CudaServer {
     fn init(device_id: cubecl_common::device::DeviceId) -> Self {
-        let options = RuntimeOptions::default();
+        // `CUBECL_CUDA_EXCLUSIVE_PAGES=1` (libreyolo-run's patch, a diagnosis): one device
+        // allocation per buffer, no shared pages and no relocation, so compute-sanitizer's
+        // memcheck sees an access past one tensor into its neighbour.
+        let exclusive = std::env::var("CUBECL_CUDA_EXCLUSIVE_PAGES").is_ok_and(|v| v.trim() == "1");
+        let options = match exclusive {
+            true => RuntimeOptions { memory_config: MemoryConfiguration::ExclusivePages },
+            false => RuntimeOptions::default(),
+        };
         let device = CudaDevice::from_id(device_id);
 
         // To get the supported WMMA features, and memory properties, we have to initialize the server immediately.

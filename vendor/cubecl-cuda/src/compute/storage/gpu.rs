@@ -229,6 +229,18 @@ impl ComputeStorage for GpuStorage {
             }
         };
 
+        if size > 0 && poison_new_memory() {
+            // SAFETY: `ptr` was just allocated with `size` bytes (on `self.stream` when async).
+            let poisoned = unsafe {
+                match kind {
+                    AllocationKind::Async => cudarc::driver::result::memset_d8_async(ptr, 0xFF, size as usize, self.stream),
+                    _ => cudarc::driver::result::memset_d8_sync(ptr, 0xFF, size as usize),
+                }
+            };
+            if let Err(e) = poisoned {
+                log::warn!("CUBECL_CUDA_POISON_NEW_MEMORY: filling a new allocation failed: {e}");
+            }
+        }
         self.memory.insert(id, (ptr, kind, size));
         self.allocated += size;
         Ok(StorageHandle::new(
@@ -278,4 +290,13 @@ mod tests {
             }
         }
     }
+}
+
+/// `CUBECL_CUDA_POISON_NEW_MEMORY=1` (libreyolo-run's patch, a diagnosis): every new device
+/// allocation is filled with 0xFF bytes, a NaN in every float type, so a kernel that reads pool
+/// memory nothing has written yet gives NaN instead of whatever the driver's fresh pages held
+/// (zeros, in practice). Memory a pool hands out again keeps its previous tenant's values.
+fn poison_new_memory() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CUBECL_CUDA_POISON_NEW_MEMORY").is_ok_and(|v| v.trim() == "1"))
 }
