@@ -79,17 +79,13 @@ pub fn resolve_with(request: &DeviceRequest, cuda_count: impl FnOnce() -> usize)
     }
 }
 
-/// Environment variable of our burn-cubecl patch choosing the weight gradient's kernel
-/// (`run.weight_gradient`; read once, at the first weight gradient).
-pub const WEIGHT_GRADIENT_ENV: &str = "BURN_WGRAD_MMA";
-
 /// The `[run]` settings the CUDA backend reads from its environment: `deterministic` (every full
 /// sum takes our burn-cubecl patch's chained reduction) and `weight_gradient`. The backend reads
 /// each once, so this must run before its first kernel and before any other thread starts: the
 /// commands call it right after loading the manifest. A variable set by hand wins.
 pub fn apply_kernel_settings(run: &crate::manifest::RunSettings) {
-    use burn_cubecl::kernel::reduce::DETERMINISTIC_SUM_ENV;
-    let wanted = [(DETERMINISTIC_SUM_ENV, run.deterministic.then_some("1")), (WEIGHT_GRADIENT_ENV, run.weight_gradient.env_value())];
+    use burn_cubecl::kernel::{conv::WGRAD_MMA_ENV, reduce::DETERMINISTIC_SUM_ENV};
+    let wanted = [(DETERMINISTIC_SUM_ENV, run.deterministic.then_some("1")), (WGRAD_MMA_ENV, run.weight_gradient.env_value())];
     for (var, value) in wanted {
         if let Some(value) = value
             && std::env::var_os(var).is_none()

@@ -20,6 +20,7 @@ pub(crate) use deform_conv2d::*;
 pub(crate) use direct::*;
 pub(crate) use im2col::*;
 
+pub use backward_weight::split_k::WGRAD_MMA_ENV;
 pub use base::*;
 pub use conv_transpose2d::{ConvTranspose2dStrategy, conv_transpose2d};
 

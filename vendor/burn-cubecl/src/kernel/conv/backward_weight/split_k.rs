@@ -309,6 +309,25 @@ pub fn wgrad_split_k<const N: usize>(
     // 64-bit offsets where a tensor holds more than 2^32 elements (u32 below, as before).
     let address = address_type!(input, out_grad, partials);
     let kernel = wgrad_kernel(&client, dtype);
+    // `split_k_mma.rs`'s kernel into `partials`: the tensor-core path without vectors, and the
+    // vector kernel's check under `BURN_WGRAD_VERIFY`.
+    let launch_gather = |input: CubeTensor, out_grad: CubeTensor, partials: CubeTensor| {
+        wgrad_split_k_mma_kernel::launch(
+            &client,
+            CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
+            CubeDim::new_1d(MMA_UNITS as u32),
+            address,
+            input.into_tensor_arg(),
+            out_grad.into_tensor_arg(),
+            partials.into_tensor_arg(),
+            sequence(&shape_values),
+            sequence(&conv_values),
+            rm,
+            cols_by_row,
+            grad_by_row,
+            dtype_to_storage_type(dtype),
+        )
+    };
     let vectors = kernel == WgradKernel::TensorCoresVectors
         && !cols_by_row
         && !grad_by_row
@@ -318,7 +337,7 @@ pub fn wgrad_split_k<const N: usize>(
         // the kernel divides whole element offsets by the width: every outer stride a multiple
         && [&input, &out_grad].iter().all(|t| t.meta.strides()[..3].iter().all(|s| s % split_k_mma_vec::VEC == 0));
     if vectors {
-        // Kept for the diagnosis (the gather kernel below on the same operands).
+        // Kept for the diagnosis (`launch_gather` on the same operands).
         let operands = verify_vectors().then(|| (input.clone(), out_grad.clone()));
         wgrad_split_k_mma_vec_kernel::launch(
             &client,
@@ -337,41 +356,13 @@ pub fn wgrad_split_k<const N: usize>(
         if let Some((input, out_grad)) = operands {
             let gathered = empty_device_dtype(client.clone(), input.device.clone(), Shape::new([splits, c_out, j_total]), DType::F32);
             let layout = format!("x {:?}/{:?}@{:?} dy {:?}/{:?}@{:?}", input.meta.shape(), input.meta.strides(), input.handle.offset_start, out_grad.meta.shape(), out_grad.meta.strides(), out_grad.handle.offset_start);
-            wgrad_split_k_mma_kernel::launch(
-                &client,
-                CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
-                CubeDim::new_1d(MMA_UNITS as u32),
-                address,
-                input.into_tensor_arg(),
-                out_grad.into_tensor_arg(),
-                gathered.clone().into_tensor_arg(),
-                sequence(&shape_values),
-                sequence(&conv_values),
-                rm,
-                false,
-                false,
-                dtype_to_storage_type(dtype),
-            );
+            launch_gather(input, out_grad, gathered.clone());
             compare_partials(&layout, partials.clone(), gathered);
         }
         return sum_splits(partials, dtype, weight_shape);
     }
     if kernel != WgradKernel::CudaCores {
-        wgrad_split_k_mma_kernel::launch(
-            &client,
-            CubeCount::Static(tiles_j as u32, tiles_co as u32, splits as u32),
-            CubeDim::new_1d(MMA_UNITS as u32),
-            address,
-            input.into_tensor_arg(),
-            out_grad.into_tensor_arg(),
-            partials.clone().into_tensor_arg(),
-            shape,
-            conv,
-            rm,
-            cols_by_row,
-            grad_by_row,
-            dtype_to_storage_type(dtype),
-        );
+        launch_gather(input, out_grad, partials.clone());
         return sum_splits(partials, dtype, weight_shape);
     }
     wgrad_split_k_kernel::launch(
@@ -434,6 +425,10 @@ fn sum_splits(partials: CubeTensor, dtype: DType, weight_shape: Shape) -> Result
     Ok(reshape(cast(summed, dtype), weight_shape))
 }
 
+/// Environment variable choosing the split-K kernel ([`wgrad_kernel`]): `0` the CUDA-core
+/// kernel, `gather` the tensor-core kernel without vectors, unset (or anything else) the default.
+pub const WGRAD_MMA_ENV: &str = "BURN_WGRAD_MMA";
+
 /// Which split-K kernel computes a weight gradient.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum WgradKernel {
@@ -452,7 +447,7 @@ enum WgradKernel {
 /// kernel, `gather` the tensor-core kernel without vectors (any other value: the default).
 fn wgrad_kernel(client: &cubecl::client::Client, dtype: DType) -> WgradKernel {
     static CHOICE: std::sync::OnceLock<Option<WgradKernel>> = std::sync::OnceLock::new();
-    let forced = *CHOICE.get_or_init(|| match std::env::var("BURN_WGRAD_MMA").ok().as_deref().map(str::trim) {
+    let forced = *CHOICE.get_or_init(|| match std::env::var(WGRAD_MMA_ENV).ok().as_deref().map(str::trim) {
         Some("0") => Some(WgradKernel::CudaCores),
         Some("gather") => Some(WgradKernel::TensorCores),
         _ => None,
