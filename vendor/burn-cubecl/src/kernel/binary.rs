@@ -223,12 +223,47 @@ pub(crate) fn kernel_binop<C: Numeric, N: Size, O: BinaryOpFamily>(
     );
 }
 
+/// `BURN_BINOP_TRACE=1`: names each large binary operation that runs one element at a time
+/// (operands whose memory orders disagree, as a channels-last gradient added to an NCHW one),
+/// with the operands as the kernel is handed them (permuted into the walk's order): which op of
+/// a network leaves the odd layout. Off by default; read once.
+pub(crate) fn trace_unvectorized<O: 'static>(
+    lhs: &CubeTensor,
+    rhs: &CubeTensor,
+    vector_size: VectorSize,
+) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("BURN_BINOP_TRACE").is_ok_and(|v| v.trim() == "1"));
+    let elements = lhs
+        .meta
+        .shape()
+        .num_elements()
+        .max(rhs.meta.shape().num_elements());
+    if on && vector_size == 1 && elements >= 1 << 16 {
+        let op = std::any::type_name::<O>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("?");
+        eprintln!(
+            "[binop trace] {op} {:?} vector 1: lhs {:?} strides {:?} (alone {}), rhs {:?} strides {:?} (alone {})",
+            lhs.dtype,
+            lhs.meta.shape().as_slice(),
+            &lhs.meta.strides()[..],
+            max_vector_size(lhs),
+            rhs.meta.shape().as_slice(),
+            &rhs.meta.strides()[..],
+            max_vector_size(rhs),
+        );
+    }
+}
+
 pub(crate) fn launch_binop<O: BinaryOpFamily>(lhs: CubeTensor, rhs: CubeTensor) -> CubeTensor {
     let output_shape = broadcast_shape(&[&lhs, &rhs]);
     in_memory_order([lhs, rhs], output_shape, |[lhs, rhs], shape_out| {
         let vector_size_lhs = max_vector_size(&lhs);
         let vector_size_rhs = max_vector_size(&rhs);
         let vector_size = Ord::min(vector_size_lhs, vector_size_rhs);
+        trace_unvectorized::<O>(&lhs, &rhs, vector_size);
 
         let dtype = lhs.dtype;
 

@@ -59,6 +59,7 @@ pub(crate) fn launch_binop_float<O: BinaryOpFloatFamily>(
         let vector_size_lhs = max_vector_size(&lhs);
         let vector_size_rhs = max_vector_size(&rhs);
         let vector_size = Ord::min(vector_size_lhs, vector_size_rhs);
+        crate::kernel::binary::trace_unvectorized::<O>(&lhs, &rhs, vector_size);
 
         let dtype = lhs.dtype;
 

@@ -56,6 +56,25 @@ pub(crate) fn in_memory_order<const N: usize>(
     order.restore(launch(presented, shape))
 }
 
+/// Runs `launch` on `tensor` presented in its own memory order (`Some(axes)`: the
+/// presented tensor's axis `i` is the logical axis `axes[i]`), and permutes what it
+/// returns back; `None` and the tensor as it is when that order is the logical one.
+/// For an operation whose output has another shape than its operand (a slice), so
+/// that a fresh output can be allocated dense in the operand's order.
+pub(crate) fn in_own_memory_order(
+    tensor: CubeTensor,
+    launch: impl FnOnce(CubeTensor, Option<&[usize]>) -> CubeTensor,
+) -> CubeTensor {
+    let shape = tensor.meta.shape().clone();
+    match MemoryOrder::of(std::slice::from_ref(&tensor), &shape) {
+        None => launch(tensor, None),
+        Some(order) => {
+            let presented = order.present(tensor);
+            order.restore(launch(presented, Some(&order.axes)))
+        }
+    }
+}
+
 /// The permutation that presents a set of operands in their memory order, and
 /// its inverse.
 struct MemoryOrder {

@@ -1,10 +1,11 @@
 use crate::{
+    kernel::memory_order::in_own_memory_order,
     kernel::utils::{address_type, shape_divmod},
     ops::numeric::empty_device_dtype,
     tensor::CubeTensor,
 };
 use burn_backend::cubecl::dtype_to_storage_type;
-use burn_backend::{Slice, TensorMetadata};
+use burn_backend::{Shape, Slice, TensorMetadata};
 use burn_std::{Metadata, SliceOps};
 use cubecl::{
     calculate_cube_count_elemwise, intrinsic,
@@ -45,6 +46,8 @@ pub fn slice(tensor: CubeTensor, indices: &[Range<usize>]) -> CubeTensor {
             tensor.device.clone(),
             tensor.dtype,
         )
+    } else if keep_memory_order() {
+        copy_in_memory_order(tensor, indices)
     } else {
         let output = empty_device_dtype(
             tensor.client.clone(),
@@ -54,6 +57,46 @@ pub fn slice(tensor: CubeTensor, indices: &[Range<usize>]) -> CubeTensor {
         );
         slice_on_output(tensor, output, indices)
     }
+}
+
+/// `BURN_SLICE_LOGICAL=1` copies unaligned slices into logical (NCHW) order, as upstream does,
+/// instead of the source's memory order: the A/B switch for [`copy_in_memory_order`]. Read once.
+fn keep_memory_order() -> bool {
+    static LOGICAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*LOGICAL.get_or_init(|| std::env::var("BURN_SLICE_LOGICAL").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// A slice that cannot be a view (its start is not on the memory alignment), copied into a buffer
+/// laid out in the source's memory order. Upstream allocates the copy in logical order, so a
+/// channel slice of a channels-last tensor (the gradient a concatenation hands each of its inputs,
+/// or a chunk of a convolution's output) was a transposing copy, read across channels one element
+/// at a time, and its result, NCHW, then met its sibling gradients, channels-last from the
+/// convolutions, in an add that no memory order serves both ways (vector size 1). Kept in the
+/// source's order, the copy walks both buffers along the same axis and the add vectorises.
+fn copy_in_memory_order(tensor: CubeTensor, indices: &[Range<usize>]) -> CubeTensor {
+    let shape = tensor.shape();
+    let ranges: Vec<Range<usize>> = (0..shape.num_dims())
+        .map(|axis| indices.get(axis).cloned().unwrap_or(0..shape[axis]))
+        .collect();
+    in_own_memory_order(tensor, |tensor, axes| {
+        let ranges: Vec<Range<usize>> = match axes {
+            Some(axes) => axes.iter().map(|&axis| ranges[axis].clone()).collect(),
+            None => ranges,
+        };
+        let dims = Shape::from(
+            ranges
+                .iter()
+                .map(|range| range.end - range.start)
+                .collect::<Vec<_>>(),
+        );
+        let output = empty_device_dtype(
+            tensor.client.clone(),
+            tensor.device.clone(),
+            dims,
+            tensor.dtype,
+        );
+        slice_on_output(tensor, output, &ranges)
+    })
 }
 
 #[cube(launch_unchecked, address_type = "dynamic")]
