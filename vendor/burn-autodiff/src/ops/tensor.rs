@@ -25,7 +25,7 @@ use burn_backend::{
     tensor::{BoolTensor, Device, FloatTensor, IntTensor},
 };
 use burn_backend::{Scalar, ops::unfold::calculate_unfold_windows};
-use burn_std::{BoolDType, FloatDType, IndexingUpdateOp, IntDType, Shape, Slice};
+use burn_std::{BoolDType, FloatDType, IndexingUpdateOp, IntDType, PadMode, Shape, Slice};
 
 use burn_backend::distributed::DistributedParams;
 
@@ -2250,7 +2250,25 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
             ) {
                 let (slices, shape, device) = ops.state;
 
+                // libreyolo-run patch: a slice of unit steps gets its gradient padded back to the
+                // parent's shape with zeros (`float_pad`, one kernel in burn-cubecl, its output in
+                // the gradient's memory order) instead of a fill of zeros and a slice-assign into it.
+                let padding: Option<Vec<(usize, usize)>> = (0..shape.num_dims())
+                    .map(|axis| match slices.get(axis) {
+                        None => Some((0, 0)),
+                        Some(slice) if slice.step == 1 => {
+                            let range = slice.to_range(shape[axis]);
+                            (range.start <= range.end)
+                                .then(|| (range.start, shape[axis] - range.end))
+                        }
+                        Some(_) => None,
+                    })
+                    .collect();
+                let assign = slice_grad_by_assign();
                 unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+                    if let Some(padding) = padding.filter(|_| !assign) {
+                        return B::float_pad(grad, &padding, PadMode::Constant(0.0));
+                    }
                     let zeros = B::float_zeros(shape, &device, grad.dtype().into());
                     B::float_slice_assign(zeros, &slices, grad)
                 });
@@ -2694,7 +2712,9 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 let shape = ops.state;
 
                 // libreyolo-run patch: the gradient broadcast back as a view (see MeanDim).
-                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+                    B::float_expand(grad, shape)
+                });
             }
         }
 
@@ -2729,7 +2749,9 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 _checkpointer: &mut Checkpointer,
             ) {
                 let shape = ops.state;
-                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+                    B::float_expand(grad, shape)
+                });
             }
         }
 
@@ -4859,4 +4881,17 @@ impl BinaryOpsBroadcast {
             BinaryOpsBroadcast::None => grad,
         }
     }
+}
+
+/// libreyolo-run patch: `BURN_SLICE_GRAD_ASSIGN=1` gives a slice's backward upstream's fill of
+/// zeros and slice-assign instead of `float_pad`, for the A/B. Read once.
+#[cfg(feature = "std")]
+fn slice_grad_by_assign() -> bool {
+    static ASSIGN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ASSIGN.get_or_init(|| std::env::var("BURN_SLICE_GRAD_ASSIGN").is_ok_and(|v| v.trim() == "1"))
+}
+
+#[cfg(not(feature = "std"))]
+fn slice_grad_by_assign() -> bool {
+    false
 }

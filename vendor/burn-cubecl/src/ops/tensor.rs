@@ -266,6 +266,16 @@ impl FloatTensorOps<Self> for CubeBackend {
         }
     }
 
+    // libreyolo-run patch: one kernel, output in the input's memory order (kernel/index/pad.rs),
+    // instead of the generic fill and slice-assigns.
+    fn float_pad(
+        tensor: FloatTensor<Self>,
+        padding: &[(usize, usize)],
+        mode: burn_std::PadMode,
+    ) -> FloatTensor<Self> {
+        kernel::pad(tensor, padding, mode)
+    }
+
     fn float_slice_assign(
         tensor: FloatTensor<Self>,
         ranges: &[Slice],

@@ -1,6 +1,7 @@
 mod flip;
 mod gather;
 mod gather_nd;
+mod pad;
 mod repeat_dim;
 mod scatter;
 mod scatter_nd;
@@ -11,6 +12,7 @@ mod slice_assign;
 
 pub(crate) use flip::*;
 pub(crate) use gather_nd::*;
+pub use pad::*;
 pub(crate) use repeat_dim::*;
 pub(crate) use scatter_nd::*;
 pub(crate) use select::*;
