@@ -75,6 +75,12 @@ pub(crate) fn in_own_memory_order(
     }
 }
 
+/// The axes of `tensor` from outermost to innermost in memory (singleton axes first), or
+/// `None` when that is its logical order.
+pub(crate) fn memory_axes(tensor: &CubeTensor) -> Option<Vec<usize>> {
+    MemoryOrder::of(std::slice::from_ref(tensor), tensor.meta.shape()).map(|order| order.axes)
+}
+
 /// The permutation that presents a set of operands in their memory order, and
 /// its inverse.
 struct MemoryOrder {

@@ -276,6 +276,11 @@ impl FloatTensorOps<Self> for CubeBackend {
         kernel::pad(tensor, padding, mode)
     }
 
+    // libreyolo-run patch: the output in its inputs' memory order (kernel/index/slice_assign.rs).
+    fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        kernel::cat(tensors, dim)
+    }
+
     fn float_slice_assign(
         tensor: FloatTensor<Self>,
         ranges: &[Slice],

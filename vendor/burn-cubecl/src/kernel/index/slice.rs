@@ -59,9 +59,11 @@ pub fn slice(tensor: CubeTensor, indices: &[Range<usize>]) -> CubeTensor {
     }
 }
 
-/// `BURN_SLICE_LOGICAL=1` copies unaligned slices into logical (NCHW) order, as upstream does,
-/// instead of the source's memory order: the A/B switch for [`copy_in_memory_order`]. Read once.
-fn keep_memory_order() -> bool {
+/// `BURN_SLICE_LOGICAL=1` gives upstream's layouts: unaligned slices copied into logical (NCHW)
+/// order instead of the source's memory order ([`copy_in_memory_order`]), slice-assigns walked in
+/// logical order and `cat`'s output allocated in logical order (slice_assign.rs). The A/B switch;
+/// read once.
+pub(crate) fn keep_memory_order() -> bool {
     static LOGICAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     !*LOGICAL.get_or_init(|| std::env::var("BURN_SLICE_LOGICAL").is_ok_and(|v| v.trim() == "1"))
 }

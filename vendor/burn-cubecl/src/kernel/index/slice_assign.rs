@@ -1,7 +1,11 @@
 use crate::{
+    kernel::index::slice::keep_memory_order,
+    kernel::memory_order::{in_own_memory_order, memory_axes},
     kernel::utils::{address_type, shape_divmod},
+    ops::{numeric::empty_device_dtype, permute},
     tensor::CubeTensor,
 };
+use burn_backend::Shape;
 use burn_backend::cubecl::dtype_to_storage_type;
 use cubecl::{
     calculate_cube_count_elemwise, intrinsic,
@@ -108,6 +112,87 @@ pub(crate) fn slice_assign(
         return slice_assign_with_steps(tensor, indices, value);
     }
 
+    // libreyolo-run patch: the kernel walks the value in the order the target occupies memory.
+    // Walked in logical order, a channels-last target (a concatenation's output, kept
+    // channels-last by `cat` below) takes its writes one channel stride apart and never vectorises;
+    // presented in its memory order, consecutive threads write consecutive channels.
+    if !keep_memory_order() {
+        return slice_assign_in_order(tensor, indices, value);
+    }
+    let shape = tensor.meta.shape().clone();
+    let full: Vec<burn_backend::Slice> = (0..shape.num_dims())
+        .map(|axis| {
+            indices
+                .get(axis)
+                .cloned()
+                .unwrap_or(burn_backend::Slice::new(0, Some(shape[axis] as isize), 1))
+        })
+        .collect();
+    in_own_memory_order(tensor, |tensor, axes| match axes {
+        Some(axes) => {
+            let indices: Vec<burn_backend::Slice> =
+                axes.iter().map(|&axis| full[axis].clone()).collect();
+            slice_assign_in_order(tensor, &indices, permute(value, axes))
+        }
+        None => slice_assign_in_order(tensor, &full, value),
+    })
+}
+
+/// `cat` along `dim`, its output laid out in the memory order of the input carrying the most
+/// elements (libreyolo-run patch). Upstream's generic `cat` allocates the output in logical (NCHW)
+/// order, so concatenating a convolution's channels-last outputs was a transposing copy per input
+/// and the next convolution copied the result back to channels-last.
+pub fn cat(tensors: Vec<CubeTensor>, dim: usize) -> CubeTensor {
+    let first = tensors.first().expect("cat of no tensors");
+    let (client, device, dtype) = (first.client.clone(), first.device.clone(), first.dtype);
+    let mut shape = first.meta.shape().clone();
+    shape[dim] = tensors.iter().map(|tensor| tensor.meta.shape()[dim]).sum();
+    let largest = tensors
+        .iter()
+        .max_by_key(|tensor| tensor.meta.num_elements())
+        .expect("cat of no tensors");
+    // An axis of length one sorts first whatever its stride; the output may be longer there.
+    let axes = memory_axes(largest).filter(|_| {
+        keep_memory_order()
+            && (0..shape.num_dims())
+                .all(|axis| (largest.meta.shape()[axis] == 1) == (shape[axis] == 1))
+    });
+    let mut output = match &axes {
+        Some(axes) => {
+            let presented = Shape::from(axes.iter().map(|&axis| shape[axis]).collect::<Vec<_>>());
+            let mut inverse = vec![0; axes.len()];
+            for (position, &axis) in axes.iter().enumerate() {
+                inverse[axis] = position;
+            }
+            permute(
+                empty_device_dtype(client, device, presented, dtype),
+                &inverse,
+            )
+        }
+        None => empty_device_dtype(client, device, shape.clone(), dtype),
+    };
+    let mut start = 0;
+    for tensor in tensors {
+        let length = tensor.meta.shape()[dim];
+        let slices: Vec<burn_backend::Slice> = (0..shape.num_dims())
+            .map(|axis| match axis == dim {
+                true => {
+                    burn_backend::Slice::new(start as isize, Some((start + length) as isize), 1)
+                }
+                false => burn_backend::Slice::new(0, Some(shape[axis] as isize), 1),
+            })
+            .collect();
+        output = slice_assign(output, &slices, tensor);
+        start += length;
+    }
+    output
+}
+
+fn slice_assign_in_order(
+    tensor: CubeTensor,
+    indices: &[burn_backend::Slice],
+    value: CubeTensor,
+) -> CubeTensor {
     let client = tensor.client.clone();
     let tensor = match tensor.can_mut() && tensor.is_nonoverlapping() {
         true => tensor,
