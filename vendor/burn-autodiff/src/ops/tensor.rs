@@ -4883,15 +4883,17 @@ impl BinaryOpsBroadcast {
     }
 }
 
-/// libreyolo-run patch: `BURN_SLICE_GRAD_ASSIGN=1` gives a slice's backward upstream's fill of
-/// zeros and slice-assign instead of `float_pad`, for the A/B. Read once.
+/// libreyolo-run patch: a slice's backward pads (`float_pad`) only with
+/// `BURN_KEEP_MEMORY_ORDER=1` (burn-cubecl reads the same variable); otherwise upstream's fill of
+/// zeros and slice-assign. Off by default until measured and checked on a GPU. Read once.
 #[cfg(feature = "std")]
 fn slice_grad_by_assign() -> bool {
     static ASSIGN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ASSIGN.get_or_init(|| std::env::var("BURN_SLICE_GRAD_ASSIGN").is_ok_and(|v| v.trim() == "1"))
+    *ASSIGN
+        .get_or_init(|| std::env::var("BURN_KEEP_MEMORY_ORDER").map_or(true, |v| v.trim() != "1"))
 }
 
 #[cfg(not(feature = "std"))]
 fn slice_grad_by_assign() -> bool {
-    false
+    true
 }
