@@ -4883,17 +4883,16 @@ impl BinaryOpsBroadcast {
     }
 }
 
-/// libreyolo-run patch: a slice's backward pads (`float_pad`) only with
-/// `BURN_KEEP_MEMORY_ORDER=1` (burn-cubecl reads the same variable); otherwise upstream's fill of
-/// zeros and slice-assign. Off by default until measured and checked on a GPU. Read once.
+/// libreyolo-run patch: a slice's backward takes upstream's fill of zeros and slice-assign instead
+/// of `float_pad` with `BURN_KEEP_MEMORY_ORDER=0` (burn-cubecl reads the same variable), for the
+/// A/B. Read once.
 #[cfg(feature = "std")]
 fn slice_grad_by_assign() -> bool {
     static ASSIGN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ASSIGN
-        .get_or_init(|| std::env::var("BURN_KEEP_MEMORY_ORDER").map_or(true, |v| v.trim() != "1"))
+    *ASSIGN.get_or_init(|| std::env::var("BURN_KEEP_MEMORY_ORDER").is_ok_and(|v| v.trim() == "0"))
 }
 
 #[cfg(not(feature = "std"))]
 fn slice_grad_by_assign() -> bool {
-    true
+    false
 }

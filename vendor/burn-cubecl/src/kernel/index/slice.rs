@@ -59,14 +59,14 @@ pub fn slice(tensor: CubeTensor, indices: &[Range<usize>]) -> CubeTensor {
     }
 }
 
-/// `BURN_KEEP_MEMORY_ORDER=1` keeps tensors in their memory order where upstream falls back to
-/// logical (NCHW) order: unaligned slices copied in the source's order ([`copy_in_memory_order`]),
-/// slice-assigns walked in the target's order and `cat`'s output allocated in its inputs' order
-/// (slice_assign.rs); burn-autodiff's slice backward reads the same variable. Off by default until
-/// measured and checked on a GPU. Read once.
+/// Whether tensors keep their memory order where upstream falls back to logical (NCHW) order:
+/// unaligned slices copied in the source's order ([`copy_in_memory_order`]), slice-assigns walked
+/// in the target's order and `cat`'s output allocated in its inputs' order (slice_assign.rs);
+/// burn-autodiff's slice backward reads the same variable. On unless `BURN_KEEP_MEMORY_ORDER=0`
+/// (upstream's layouts, the A/B switch). Read once.
 pub(crate) fn keep_memory_order() -> bool {
     static KEEP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *KEEP.get_or_init(|| std::env::var("BURN_KEEP_MEMORY_ORDER").is_ok_and(|v| v.trim() == "1"))
+    *KEEP.get_or_init(|| std::env::var("BURN_KEEP_MEMORY_ORDER").map_or(true, |v| v.trim() != "0"))
 }
 
 /// A slice that cannot be a view (its start is not on the memory alignment), copied into a buffer
