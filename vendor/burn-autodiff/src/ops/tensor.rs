@@ -2712,9 +2712,7 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 let shape = ops.state;
 
                 // libreyolo-run patch: the gradient broadcast back as a view (see MeanDim).
-                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-                    B::float_expand(grad, shape)
-                });
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
             }
         }
 
@@ -2749,9 +2747,7 @@ impl<B: Backend, C: CheckpointStrategy> FloatTensorOps<Self> for Autodiff<B, C> 
                 _checkpointer: &mut Checkpointer,
             ) {
                 let shape = ops.state;
-                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-                    B::float_expand(grad, shape)
-                });
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| B::float_expand(grad, shape));
             }
         }
 

@@ -233,13 +233,18 @@ pub(crate) fn trace_unvectorized<O: 'static>(
     vector_size: VectorSize,
 ) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("BURN_BINOP_TRACE").is_ok_and(|v| v.trim() == "1"));
+    // Checked first: this runs at every binary launch.
+    if !*ON.get_or_init(|| std::env::var("BURN_BINOP_TRACE").is_ok_and(|v| v.trim() == "1"))
+        || vector_size != 1
+    {
+        return;
+    }
     let elements = lhs
         .meta
         .shape()
         .num_elements()
         .max(rhs.meta.shape().num_elements());
-    if on && vector_size == 1 && elements >= 1 << 16 {
+    if elements >= 1 << 16 {
         let op = std::any::type_name::<O>()
             .rsplit("::")
             .next()

@@ -25,7 +25,10 @@ use burn_std::{
     tensor::layout::{DimOrder, is_contiguous_order, nested_dim_order},
 };
 
-use crate::{ops::permute, tensor::CubeTensor};
+use crate::{
+    ops::{numeric::empty_device_dtype, permute},
+    tensor::CubeTensor,
+};
 
 /// Runs `launch` with the operands permuted into their memory order, and
 /// permutes what it returns back.
@@ -75,10 +78,28 @@ pub(crate) fn in_own_memory_order(
     }
 }
 
-/// The axes of `tensor` from outermost to innermost in memory (singleton axes first), or
-/// `None` when that is its logical order.
-pub(crate) fn memory_axes(tensor: &CubeTensor) -> Option<Vec<usize>> {
-    MemoryOrder::of(std::slice::from_ref(tensor), tensor.meta.shape()).map(|order| order.axes)
+/// An uninitialised tensor of `shape` laid out dense in `like`'s memory order, or in logical
+/// order when that is `like`'s, or when an axis of length one in `like` is longer in `shape` (such
+/// an axis sorts first whatever its stride, so `like` says nothing of where it goes).
+pub(crate) fn empty_in_order_of(like: &CubeTensor, shape: Shape) -> CubeTensor {
+    let like_shape = like.meta.shape();
+    let order = MemoryOrder::of(std::slice::from_ref(like), like_shape).filter(|_| {
+        (0..shape.num_dims()).all(|axis| (like_shape[axis] == 1) == (shape[axis] == 1))
+    });
+    let (client, device, dtype) = (like.client.clone(), like.device.clone(), like.dtype);
+    match order {
+        Some(order) => {
+            let presented = Shape::from(
+                order
+                    .axes
+                    .iter()
+                    .map(|&axis| shape[axis])
+                    .collect::<Vec<_>>(),
+            );
+            order.restore(empty_device_dtype(client, device, presented, dtype))
+        }
+        None => empty_device_dtype(client, device, shape, dtype),
+    }
 }
 
 /// The permutation that presents a set of operands in their memory order, and

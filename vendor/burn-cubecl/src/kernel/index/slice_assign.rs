@@ -1,11 +1,10 @@
 use crate::{
     kernel::index::slice::keep_memory_order,
-    kernel::memory_order::{in_own_memory_order, memory_axes},
+    kernel::memory_order::{empty_in_order_of, in_own_memory_order},
     kernel::utils::{address_type, shape_divmod},
     ops::{numeric::empty_device_dtype, permute},
     tensor::CubeTensor,
 };
-use burn_backend::Shape;
 use burn_backend::cubecl::dtype_to_storage_type;
 use cubecl::{
     calculate_cube_count_elemwise, intrinsic,
@@ -144,32 +143,17 @@ pub(crate) fn slice_assign(
 /// and the next convolution copied the result back to channels-last.
 pub fn cat(tensors: Vec<CubeTensor>, dim: usize) -> CubeTensor {
     let first = tensors.first().expect("cat of no tensors");
-    let (client, device, dtype) = (first.client.clone(), first.device.clone(), first.dtype);
     let mut shape = first.meta.shape().clone();
     shape[dim] = tensors.iter().map(|tensor| tensor.meta.shape()[dim]).sum();
-    let largest = tensors
-        .iter()
-        .max_by_key(|tensor| tensor.meta.num_elements())
-        .expect("cat of no tensors");
-    // An axis of length one sorts first whatever its stride; the output may be longer there.
-    let axes = memory_axes(largest).filter(|_| {
-        keep_memory_order()
-            && (0..shape.num_dims())
-                .all(|axis| (largest.meta.shape()[axis] == 1) == (shape[axis] == 1))
-    });
-    let mut output = match &axes {
-        Some(axes) => {
-            let presented = Shape::from(axes.iter().map(|&axis| shape[axis]).collect::<Vec<_>>());
-            let mut inverse = vec![0; axes.len()];
-            for (position, &axis) in axes.iter().enumerate() {
-                inverse[axis] = position;
-            }
-            permute(
-                empty_device_dtype(client, device, presented, dtype),
-                &inverse,
-            )
-        }
-        None => empty_device_dtype(client, device, shape.clone(), dtype),
+    let mut output = if keep_memory_order() {
+        let largest = tensors
+            .iter()
+            .max_by_key(|tensor| tensor.meta.num_elements())
+            .expect("cat of no tensors");
+        empty_in_order_of(largest, shape.clone())
+    } else {
+        let (client, device) = (first.client.clone(), first.device.clone());
+        empty_device_dtype(client, device, shape.clone(), first.dtype)
     };
     let mut start = 0;
     for tensor in tensors {
