@@ -31,10 +31,15 @@ impl Elan {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
-        let halves = self.cv1.forward(x, cx).chunk(2, 1);
-        let c = self.cv2.forward(halves[1].clone(), cx);
+        // LibreYOLO chunks cv1's output into halves a | b and concatenates a, b, c, d; a and b
+        // are y's channels in order, so y is concatenated whole and only b is sliced off: one
+        // slice copy and one zero-padded slice gradient fewer per block, and the same sums in
+        // the backward (y's gradient is cat's part plus b's padded conv gradient, as before).
+        let y = self.cv1.forward(x, cx);
+        let half = y.dims()[1] / 2;
+        let c = self.cv2.forward(y.clone().narrow(1, half, half), cx);
         let d = self.cv3.forward(c.clone(), cx);
-        self.cv4.forward(cx.cat(vec![halves[0].clone(), halves[1].clone(), c, d]), cx)
+        self.cv4.forward(cx.cat(vec![y, c, d]), cx)
     }
 }
 
