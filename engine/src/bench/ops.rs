@@ -10,6 +10,7 @@ use burn::tensor::activation::silu;
 use burn::tensor::module::{avg_pool2d, conv2d, conv2d_weight_backward, interpolate, max_pool2d};
 use burn::tensor::ops::{AvgPoolOptions, ConvOptions, InterpolateMode, InterpolateOptions, MaxPoolOptions};
 use burn::tensor::{Device, Distribution, FloatDType, Tensor};
+use libreyolo_families::blocks::conv::Grouping;
 use libreyolo_families::blocks::{ConvShape, batch_norm};
 use libreyolo_families::{Ctx, Network, ParamStore, TracedOp};
 use serde::{Deserialize, Serialize};
@@ -152,10 +153,12 @@ pub fn network_ops(network: &Network, params: &ParamStore, with_aux: bool, batch
             TracedOp::Conv { input, c_out, k, stride, padding, groups, bias, bn, act } => {
                 let input = with_batch(input);
                 let out = conv_output(input, c_out, k, stride, padding);
-                // A grouped convolution runs as one dense convolution per group (ConvShape::apply).
-                let split = ConvShape { c_in: input[1], c_out, k, stride, padding, groups }.split_groups();
-                let (conv_in, conv_out, conv_groups, n) =
-                    if split { ([input[0], input[1] / groups, input[2], input[3]], c_out / groups, 1, groups) } else { (input, c_out, groups, 1) };
+                // A grouped convolution runs as dense ones (ConvShape::apply).
+                let (conv_in, conv_out, conv_groups, n) = match (ConvShape { c_in: input[1], c_out, k, stride, padding, groups }).grouping() {
+                    Grouping::Single => (input, c_out, groups, 1),
+                    Grouping::BlockDiagonal => (input, c_out, 1, 1),
+                    Grouping::PerGroup => ([input[0], input[1] / groups, input[2], input[3]], c_out / groups, 1, groups),
+                };
                 for _ in 0..n {
                     let (input, c_out, groups) = (conv_in, conv_out, conv_groups);
                     add(OpSpec::ConvForward { input, c_out, k, stride, padding, groups, bias });

@@ -4,7 +4,7 @@
 use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
 use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
+use burn::tensor::ops::{ConvOptions, PadMode};
 
 use super::batch_norm::BatchNorm;
 use crate::ctx::{Ctx, TracedOp};
@@ -41,32 +41,84 @@ impl ConvShape {
         TracedOp::Conv { input, c_out: self.c_out, k: self.k, stride: self.stride, padding: self.padding, groups: self.groups, bias, bn, act }
     }
 
-    /// Whether the convolution runs as one dense convolution per group (see [`ConvShape::apply`]).
-    pub fn split_groups(&self) -> bool {
-        self.groups > 1 && self.groups != self.c_in
+    /// How the convolution runs (see [`Grouping`]).
+    pub fn grouping(&self) -> Grouping {
+        if self.groups == 1 || self.groups == self.c_in {
+            Grouping::Single
+        } else if self.groups <= BLOCK_DIAGONAL_MAX_GROUPS && !per_group_forced() {
+            Grouping::BlockDiagonal
+        } else {
+            Grouping::PerGroup
+        }
     }
 
-    /// The convolution of `x` by `weight` (and `bias`).
-    ///
-    /// A grouped (not depthwise) convolution runs as one dense convolution per group,
-    /// concatenated: burn-cubecl's implicit-GEMM kernels decline `groups > 1`, and the direct
-    /// kernel that accepts it was 17x slower on the H200, its gradients slower still
-    /// (docs/history/). Same arithmetic, so the parity with LibreYOLO is unchanged.
+    /// The convolution of `x` by `weight` (and `bias`), run as [`ConvShape::grouping`] says. Same
+    /// arithmetic every way (the zero blocks add exact zeros), so the parity with LibreYOLO is
+    /// unchanged.
     pub(crate) fn apply(&self, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
-        if !self.split_groups() {
-            let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups);
-            return conv2d(x, weight, bias, options);
-        }
         let dense = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
-        let xs = x.chunk(self.groups, 1);
-        let ws = weight.chunk(self.groups, 0);
-        let bs = match bias {
-            Some(b) => b.chunk(self.groups, 0).into_iter().map(Some).collect(),
-            None => vec![None; self.groups],
-        };
-        let outs = xs.into_iter().zip(ws).zip(bs).map(|((x, w), b)| conv2d(x, w, b, dense.clone())).collect();
-        Tensor::cat(outs, 1)
+        match self.grouping() {
+            Grouping::Single => {
+                let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups);
+                conv2d(x, weight, bias, options)
+            }
+            Grouping::BlockDiagonal => conv2d(x, block_diagonal(weight, self.groups), bias, dense),
+            Grouping::PerGroup => {
+                let xs = x.chunk(self.groups, 1);
+                let ws = weight.chunk(self.groups, 0);
+                let bs = match bias {
+                    Some(b) => b.chunk(self.groups, 0).into_iter().map(Some).collect(),
+                    None => vec![None; self.groups],
+                };
+                let outs = xs.into_iter().zip(ws).zip(bs).map(|((x, w), b)| conv2d(x, w, b, dense.clone())).collect();
+                Tensor::cat(outs, 1)
+            }
+        }
     }
+}
+
+/// How a convolution runs. burn-cubecl's implicit-GEMM kernels decline `groups > 1` except
+/// depthwise, and the direct kernel that accepts it was 17x slower on the H200, its gradients
+/// slower still (docs/history/), so a grouped (not depthwise) convolution runs as dense ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// One convolution kernel: dense or depthwise.
+    Single,
+    /// One dense convolution by the block-diagonal weight (each group's filters over its own
+    /// input channels, zeros elsewhere): `groups` times the multiply-adds of the grouped
+    /// convolution, but one launch a direction, and the input and output whole. YOLOv9's box
+    /// towers (4 groups of 16 channels) split per group spent most of their time slicing inputs,
+    /// padding their gradients and concatenating outputs.
+    BlockDiagonal,
+    /// One dense convolution per group on its slice of the input, the outputs concatenated: for
+    /// many groups, where the block-diagonal weight would multiply the work by too much.
+    PerGroup,
+}
+
+/// Most groups a convolution runs [`Grouping::BlockDiagonal`] with.
+pub const BLOCK_DIAGONAL_MAX_GROUPS: usize = 4;
+
+/// Environment variable: `per_group` runs every grouped convolution per group (the form before
+/// the block-diagonal one), for A/B timing on the GPU.
+pub const GROUPED_CONV_ENV: &str = "LIBREYOLO_GROUPED_CONV";
+
+fn per_group_forced() -> bool {
+    static PER_GROUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PER_GROUP.get_or_init(|| std::env::var(GROUPED_CONV_ENV).is_ok_and(|v| v == "per_group"))
+}
+
+/// `[c_out, c_in / groups, k, k]` grouped weights as the `[c_out, c_in, k, k]` dense weight of the
+/// same convolution: group r's filters padded with zeros to the input channels of the other
+/// groups. Its gradient is the dense weight gradient's diagonal blocks (a slice each).
+fn block_diagonal(weight: Tensor<4>, groups: usize) -> Tensor<4> {
+    let per_group = weight.dims()[1];
+    let blocks = weight
+        .chunk(groups, 0)
+        .into_iter()
+        .enumerate()
+        .map(|(r, w)| w.pad([(0, 0), (r * per_group, (groups - 1 - r) * per_group), (0, 0), (0, 0)], PadMode::Constant(0.0)))
+        .collect();
+    Tensor::cat(blocks, 0)
 }
 
 /// Conv2d (no bias) -> BatchNorm -> SiLU (or no activation).
@@ -158,26 +210,44 @@ mod tests {
 
     use super::*;
 
-    /// The per-group split computes what one grouped convolution computes.
+    /// Both dense forms compute what one grouped convolution computes: outputs, and the input's,
+    /// weight's and bias's gradients.
     #[test]
-    fn grouped_convolution_split_matches_the_grouped_kernel() {
+    fn grouped_convolution_forms_match_the_grouped_kernel() {
         let device = Device::flex();
-        for (k, stride, bias) in [(3, 1, false), (1, 1, true), (3, 2, true)] {
-            let shape = ConvShape::new(16, 24, k, stride).groups(4);
-            assert!(shape.split_groups());
+        // (groups, k, stride, bias): 4 groups run block-diagonal, 8 per group.
+        for (groups, k, stride, bias) in [(4, 3, 1, false), (4, 1, 1, true), (4, 3, 2, true), (8, 3, 1, true)] {
+            let shape = ConvShape::new(16, 24, k, stride).groups(groups);
+            let want = if groups <= BLOCK_DIAGONAL_MAX_GROUPS { Grouping::BlockDiagonal } else { Grouping::PerGroup };
+            assert_eq!(shape.grouping(), want);
             let x = Tensor::<4>::random([2, 16, 9, 11], Distribution::Normal(0.0, 1.0), &device);
-            let w = Tensor::<4>::random([24, 4, k, k], Distribution::Normal(0.0, 1.0), &device);
+            let w = Tensor::<4>::random([24, 16 / groups, k, k], Distribution::Normal(0.0, 1.0), &device);
             let b = bias.then(|| Tensor::<1>::random([24], Distribution::Normal(0.0, 1.0), &device));
-            let options = ConvOptions::new([stride; 2], [shape.padding; 2], [1, 1], 4);
-            let grouped = conv2d(x.clone(), w.clone(), b.clone(), options);
-            let split = shape.apply(x, w, b);
-            assert_eq!(split.dims(), grouped.dims());
-            let err: f32 = split.sub(grouped).abs().max().into_scalar();
-            assert!(err < 1e-4, "k{k} s{stride}: max |split - grouped| = {err}");
+            let options = ConvOptions::new([stride; 2], [shape.padding; 2], [1, 1], groups);
+            // A fixed, non-uniform objective, so each output's gradient differs.
+            let objective = Tensor::<4>::random(conv2d(x.clone(), w.clone(), b.clone(), options.clone()).dims(), Distribution::Normal(0.0, 1.0), &device);
+            let run = |dense: bool| {
+                let (x, w) = (x.clone().autodiff().require_grad(), w.clone().autodiff().require_grad());
+                let b = b.clone().map(|b| b.autodiff().require_grad());
+                let y = if dense { shape.apply(x.clone(), w.clone(), b.clone()) } else { conv2d(x.clone(), w.clone(), b.clone(), options.clone()) };
+                let grads = y.clone().mul(objective.clone()).sum().backward();
+                let g = |t: &Tensor<4>| t.grad(&grads).expect("reaches the objective");
+                (y.inner(), g(&x), g(&w), b.map(|b| b.grad(&grads).expect("reaches the objective")))
+            };
+            let (grouped, dense) = (run(false), run(true));
+            let err = |a: Tensor<4>, b: Tensor<4>| -> f32 { a.sub(b).abs().max().into_scalar() };
+            let label = format!("groups {groups} k{k} s{stride}");
+            assert!(err(dense.0, grouped.0) < 1e-4, "{label}: outputs");
+            assert!(err(dense.1, grouped.1) < 1e-4, "{label}: input gradients");
+            assert!(err(dense.2, grouped.2) < 1e-4, "{label}: weight gradients");
+            if let (Some(d), Some(g)) = (dense.3, grouped.3) {
+                let e: f32 = d.sub(g).abs().max().into_scalar();
+                assert!(e < 1e-4, "{label}: bias gradients");
+            }
         }
         // Depthwise and dense convolutions keep the single kernel.
-        assert!(!ConvShape::new(16, 16, 3, 1).groups(16).split_groups());
-        assert!(!ConvShape::new(16, 16, 3, 1).split_groups());
+        assert_eq!(ConvShape::new(16, 16, 3, 1).groups(16).grouping(), Grouping::Single);
+        assert_eq!(ConvShape::new(16, 16, 3, 1).grouping(), Grouping::Single);
     }
 }
 
