@@ -45,7 +45,7 @@ impl ConvShape {
     pub fn grouping(&self) -> Grouping {
         if self.groups == 1 || self.groups == self.c_in {
             Grouping::Single
-        } else if self.groups <= BLOCK_DIAGONAL_MAX_GROUPS && !per_group_forced() {
+        } else if self.groups <= BLOCK_DIAGONAL_MAX_GROUPS && block_diagonal_chosen() {
             Grouping::BlockDiagonal
         } else {
             Grouping::PerGroup
@@ -56,8 +56,13 @@ impl ConvShape {
     /// arithmetic every way (the zero blocks add exact zeros), so the parity with LibreYOLO is
     /// unchanged.
     pub(crate) fn apply(&self, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
+        self.apply_as(self.grouping(), x, weight, bias)
+    }
+
+    /// The convolution run as `grouping` says (a grouped one as either dense form).
+    fn apply_as(&self, grouping: Grouping, x: Tensor<4>, weight: Tensor<4>, bias: Option<Tensor<1>>) -> Tensor<4> {
         let dense = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], 1);
-        match self.grouping() {
+        match grouping {
             Grouping::Single => {
                 let options = ConvOptions::new([self.stride; 2], [self.padding; 2], [1, 1], self.groups);
                 conv2d(x, weight, bias, options)
@@ -86,25 +91,27 @@ pub enum Grouping {
     Single,
     /// One dense convolution by the block-diagonal weight (each group's filters over its own
     /// input channels, zeros elsewhere): `groups` times the multiply-adds of the grouped
-    /// convolution, but one launch a direction, and the input and output whole. YOLOv9's box
-    /// towers (4 groups of 16 channels) split per group spent most of their time slicing inputs,
-    /// padding their gradients and concatenating outputs.
+    /// convolution, but one convolution a direction on the whole input and output. Per group,
+    /// each of YOLOv9's 12 box-tower convolutions of 4 groups slices its input, pads each slice's
+    /// gradient back to full size, adds them, and concatenates the outputs. Chosen with
+    /// `LIBREYOLO_GROUPED_CONV=block_diagonal` until the GPU step measures it faster.
     BlockDiagonal,
-    /// One dense convolution per group on its slice of the input, the outputs concatenated: for
-    /// many groups, where the block-diagonal weight would multiply the work by too much.
+    /// One dense convolution per group on its slice of the input, the outputs concatenated (the
+    /// default; always for more than [`BLOCK_DIAGONAL_MAX_GROUPS`] groups, where the
+    /// block-diagonal weight would multiply the work by too much).
     PerGroup,
 }
 
 /// Most groups a convolution runs [`Grouping::BlockDiagonal`] with.
 pub const BLOCK_DIAGONAL_MAX_GROUPS: usize = 4;
 
-/// Environment variable: `per_group` runs every grouped convolution per group (the form before
-/// the block-diagonal one), for A/B timing on the GPU.
+/// Environment variable: `block_diagonal` runs grouped convolutions of at most
+/// [`BLOCK_DIAGONAL_MAX_GROUPS`] groups block-diagonal; unset (or `per_group`), per group.
 pub const GROUPED_CONV_ENV: &str = "LIBREYOLO_GROUPED_CONV";
 
-fn per_group_forced() -> bool {
-    static PER_GROUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PER_GROUP.get_or_init(|| std::env::var(GROUPED_CONV_ENV).is_ok_and(|v| v == "per_group"))
+fn block_diagonal_chosen() -> bool {
+    static CHOSEN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| std::env::var(GROUPED_CONV_ENV).is_ok_and(|v| v == "block_diagonal"))
 }
 
 /// `[c_out, c_in / groups, k, k]` grouped weights as the `[c_out, c_in, k, k]` dense weight of the
@@ -215,36 +222,40 @@ mod tests {
     #[test]
     fn grouped_convolution_forms_match_the_grouped_kernel() {
         let device = Device::flex();
-        // (groups, k, stride, bias): 4 groups run block-diagonal, 8 per group.
         for (groups, k, stride, bias) in [(4, 3, 1, false), (4, 1, 1, true), (4, 3, 2, true), (8, 3, 1, true)] {
             let shape = ConvShape::new(16, 24, k, stride).groups(groups);
-            let want = if groups <= BLOCK_DIAGONAL_MAX_GROUPS { Grouping::BlockDiagonal } else { Grouping::PerGroup };
-            assert_eq!(shape.grouping(), want);
             let x = Tensor::<4>::random([2, 16, 9, 11], Distribution::Normal(0.0, 1.0), &device);
             let w = Tensor::<4>::random([24, 16 / groups, k, k], Distribution::Normal(0.0, 1.0), &device);
             let b = bias.then(|| Tensor::<1>::random([24], Distribution::Normal(0.0, 1.0), &device));
             let options = ConvOptions::new([stride; 2], [shape.padding; 2], [1, 1], groups);
             // A fixed, non-uniform objective, so each output's gradient differs.
             let objective = Tensor::<4>::random(conv2d(x.clone(), w.clone(), b.clone(), options.clone()).dims(), Distribution::Normal(0.0, 1.0), &device);
-            let run = |dense: bool| {
+            let run = |form: Option<Grouping>| {
                 let (x, w) = (x.clone().autodiff().require_grad(), w.clone().autodiff().require_grad());
                 let b = b.clone().map(|b| b.autodiff().require_grad());
-                let y = if dense { shape.apply(x.clone(), w.clone(), b.clone()) } else { conv2d(x.clone(), w.clone(), b.clone(), options.clone()) };
+                let y = match form {
+                    Some(g) => shape.apply_as(g, x.clone(), w.clone(), b.clone()),
+                    None => conv2d(x.clone(), w.clone(), b.clone(), options.clone()),
+                };
                 let grads = y.clone().mul(objective.clone()).sum().backward();
                 let g = |t: &Tensor<4>| t.grad(&grads).expect("reaches the objective");
                 (y.inner(), g(&x), g(&w), b.map(|b| b.grad(&grads).expect("reaches the objective")))
             };
-            let (grouped, dense) = (run(false), run(true));
-            let err = |a: Tensor<4>, b: Tensor<4>| -> f32 { a.sub(b).abs().max().into_scalar() };
-            let label = format!("groups {groups} k{k} s{stride}");
-            assert!(err(dense.0, grouped.0) < 1e-4, "{label}: outputs");
-            assert!(err(dense.1, grouped.1) < 1e-4, "{label}: input gradients");
-            assert!(err(dense.2, grouped.2) < 1e-4, "{label}: weight gradients");
-            if let (Some(d), Some(g)) = (dense.3, grouped.3) {
-                let e: f32 = d.sub(g).abs().max().into_scalar();
-                assert!(e < 1e-4, "{label}: bias gradients");
+            let grouped = run(None);
+            for form in [Grouping::BlockDiagonal, Grouping::PerGroup] {
+                let dense = run(Some(form));
+                let err = |a: &Tensor<4>, b: &Tensor<4>| -> f32 { a.clone().sub(b.clone()).abs().max().into_scalar() };
+                let label = format!("{form:?}, groups {groups} k{k} s{stride}");
+                assert!(err(&dense.0, &grouped.0) < 1e-4, "{label}: outputs");
+                assert!(err(&dense.1, &grouped.1) < 1e-4, "{label}: input gradients");
+                assert!(err(&dense.2, &grouped.2) < 1e-4, "{label}: weight gradients");
+                if let (Some(d), Some(g)) = (&dense.3, &grouped.3) {
+                    let e: f32 = d.clone().sub(g.clone()).abs().max().into_scalar();
+                    assert!(e < 1e-4, "{label}: bias gradients");
+                }
             }
         }
+        assert_ne!(ConvShape::new(16, 24, 3, 1).groups(8).grouping(), Grouping::BlockDiagonal, "more than 4 groups run per group");
         // Depthwise and dense convolutions keep the single kernel.
         assert_eq!(ConvShape::new(16, 16, 3, 1).groups(16).grouping(), Grouping::Single);
         assert_eq!(ConvShape::new(16, 16, 3, 1).grouping(), Grouping::Single);
