@@ -28,6 +28,10 @@ pub const CONV_KERNELS_ENV: &str = "BURN_CONV_KERNELS";
 /// candidates; `gemm` tunes among the implicit-GEMM kernels (docs/history/).
 pub const DEFAULT_CONV_KERNELS: &str = "fixed";
 
+/// Convolution kernels that multiply and add in f32 (no TF32 tensor cores), for checks against
+/// the CPU: `bench network --check` runs them unless `BURN_CONV_KERNELS` is set.
+pub const EXACT_F32_CONV_KERNELS: &str = "fixed:conv_direct,dgrad_fallback,wgrad_fallback";
+
 /// Matmul kernel selection read by our patched burn-cubecl (vendor/README.md): `all` (upstream:
 /// autotune every new shape), `fixed` (cubek's own choice, nothing benchmarked).
 pub const MATMUL_KERNELS_ENV: &str = burn_cubecl::kernel::matmul::MATMUL_KERNELS_ENV;
@@ -188,6 +192,15 @@ impl std::fmt::Display for CompileCost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The exact-f32 convolution selection `bench network --check` sets is a `fixed:` list that
+    /// puts the three f32 kernels first (the names burn-cubecl's tuners give them).
+    #[test]
+    fn the_exact_f32_convolution_kernels_parse() {
+        use burn_cubecl::kernel::conv::selection::Policy;
+        let names = ["conv_direct", "dgrad_fallback", "wgrad_fallback"].map(String::from).to_vec();
+        assert_eq!(Policy::parse(EXACT_F32_CONV_KERNELS), Ok(Policy::Fixed(names)));
+    }
 
     /// Nothing runs on a GPU in this process: no compile cost to report, so a CPU profile prints
     /// no compilation line.
