@@ -55,8 +55,8 @@ impl RepNCSPELAN {
         // slice copy and one zero-padded slice gradient fewer per block, and the same sums in
         // the backward (y's gradient is cat's part plus b's padded conv gradient, as before).
         let y = self.cv1.forward(x, cx);
-        let half = y.dims()[1] / 2;
-        let c = self.cv2.forward(y.clone().narrow(1, half, half), cx);
+        let (part, half) = (y.dims()[1], y.dims()[1] / 2); // chunk(2)'s second part is the last half
+        let c = self.cv2.forward(y.clone().narrow(1, part - half, half), cx);
         let d = self.cv3.forward(c.clone(), cx);
         self.cv4.forward(cx.cat(vec![y, c, d]), cx)
     }
