@@ -50,15 +50,10 @@ impl RepNCSPELAN {
     }
 
     pub fn forward(&self, x: Tensor<4>, cx: &Ctx) -> Tensor<4> {
-        // LibreYOLO chunks cv1's output into halves a | b and concatenates a, b, c, d; a and b
-        // are y's channels in order, so y is concatenated whole and only b is sliced off: one
-        // slice copy and one zero-padded slice gradient fewer per block, and the same sums in
-        // the backward (y's gradient is cat's part plus b's padded conv gradient, as before).
-        let y = self.cv1.forward(x, cx);
-        let (part, half) = (y.dims()[1], y.dims()[1] / 2); // chunk(2)'s second part is the last half
-        let c = self.cv2.forward(y.clone().narrow(1, part - half, half), cx);
+        let halves = self.cv1.forward(x, cx).chunk(2, 1);
+        let c = self.cv2.forward(halves[1].clone(), cx);
         let d = self.cv3.forward(c.clone(), cx);
-        self.cv4.forward(cx.cat(vec![y, c, d]), cx)
+        self.cv4.forward(cx.cat(vec![halves[0].clone(), halves[1].clone(), c, d]), cx)
     }
 }
 
