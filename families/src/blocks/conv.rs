@@ -217,6 +217,10 @@ mod tests {
 
     use super::*;
 
+    fn max_diff<const D: usize>(a: &Tensor<D>, b: &Tensor<D>) -> f32 {
+        a.clone().sub(b.clone()).abs().max().into_scalar()
+    }
+
     /// Both dense forms compute what one grouped convolution computes: outputs, and the input's,
     /// weight's and bias's gradients.
     #[test]
@@ -244,14 +248,12 @@ mod tests {
             let grouped = run(None);
             for form in [Grouping::BlockDiagonal, Grouping::PerGroup] {
                 let dense = run(Some(form));
-                let err = |a: &Tensor<4>, b: &Tensor<4>| -> f32 { a.clone().sub(b.clone()).abs().max().into_scalar() };
                 let label = format!("{form:?}, groups {groups} k{k} s{stride}");
-                assert!(err(&dense.0, &grouped.0) < 1e-4, "{label}: outputs");
-                assert!(err(&dense.1, &grouped.1) < 1e-4, "{label}: input gradients");
-                assert!(err(&dense.2, &grouped.2) < 1e-4, "{label}: weight gradients");
+                assert!(max_diff(&dense.0, &grouped.0) < 1e-4, "{label}: outputs");
+                assert!(max_diff(&dense.1, &grouped.1) < 1e-4, "{label}: input gradients");
+                assert!(max_diff(&dense.2, &grouped.2) < 1e-4, "{label}: weight gradients");
                 if let (Some(d), Some(g)) = (&dense.3, &grouped.3) {
-                    let e: f32 = d.clone().sub(g.clone()).abs().max().into_scalar();
-                    assert!(e < 1e-4, "{label}: bias gradients");
+                    assert!(max_diff(d, g) < 1e-4, "{label}: bias gradients");
                 }
             }
         }
